@@ -1,0 +1,464 @@
+// tlptm — the shared state of an open pool: the mapping, the header, the persistence path, the
+// thread slots with their log rings, and the transaction clock.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <tlptm/detail/layout.hpp>
+#include <tlptm/detail/write_set.hpp>
+#include <tlptm/errors.hpp>
+#include <tlptm/log.hpp>
+#include <tlptm/options.hpp>
+#include <tlptm/persist.hpp>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+
+namespace tlptm::detail {
+
+struct pool_state;
+
+/// One thread slot: its log ring, the ring's volatile write position, the persistence context
+/// and the transaction descriptor of the thread that owns the slot. Slots outlive the threads
+/// that use them; a slot is reused by the next thread that registers.
+struct thread_slot {
+    pool_state* pool = nullptr;
+    std::uint32_t index = 0;
+    bool in_use = false; ///< guarded by pool_state::slots_mutex
+
+    // Log ring (DESIGN §3).
+    log_ring ring;
+    std::size_t head = 0;      ///< next write offset in the ring's data area
+    std::uint64_t gen = 0;     ///< generation entries are sealed with
+    bool attached = false;     ///< generation advanced in this opening of the pool
+    std::uint64_t last_ts = 0; ///< timestamp of the newest entry in the ring
+
+    persist_ctx pctx;
+
+    // Transaction descriptor.
+    unsigned depth = 0; ///< nesting depth of tlptm::atomic calls (flattened)
+    write_set writes;
+    std::vector<std::uint8_t> entry_buf;
+};
+
+/// Everything an open pool shares between threads. Created by create_state / open_state, owned
+/// by tlptm::pool through a shared_ptr (threads hold weak references to release their slot).
+struct pool_state {
+    std::string path;
+    int fd = -1;
+    std::uint8_t* base = nullptr;
+    std::size_t size = 0;
+    pool_header* header = nullptr;
+    log_mode mode = log_mode::tlptm;
+    persistence persist;
+    bool map_sync = false; ///< mapped with MAP_SYNC (real persistent memory)
+    std::uint64_t id = next_id();
+
+    std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
+    std::uint64_t meta_begin = 0, meta_end = 0;
+
+    /// Serialises update transactions (one at a time) in this version of the library.
+    std::mutex tx_mutex;
+    std::uint64_t clock = 0;      ///< last timestamp handed out (guarded by tx_mutex)
+    std::uint64_t applied_ts = 0; ///< every ts <= applied_ts is applied (guarded by tx_mutex)
+
+    std::mutex slots_mutex;
+    std::vector<std::unique_ptr<thread_slot>> slots;
+    persist_ctx admin_ctx; ///< persistence context of open/close/recover (not a thread slot)
+
+    pool_state() = default;
+    pool_state(const pool_state&) = delete;
+    pool_state& operator=(const pool_state&) = delete;
+
+    ~pool_state() {
+        if (base)
+            ::munmap(base, size);
+        if (fd >= 0)
+            ::close(fd); // also drops the flock
+    }
+
+    static std::uint64_t next_id() noexcept {
+        static std::atomic<std::uint64_t> n{0};
+        return ++n;
+    }
+
+    std::uint64_t offset_of(const void* p) const noexcept {
+        return static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(p) - base);
+    }
+    bool contains(const void* p, std::size_t n) const noexcept {
+        auto a = reinterpret_cast<std::uintptr_t>(p);
+        auto b = reinterpret_cast<std::uintptr_t>(base);
+        return a >= b && a - b <= size && n <= size - (a - b);
+    }
+    /// True if [offset, offset + n) lies in the heap: the memory transactions may write.
+    bool in_heap(std::uint64_t offset, std::size_t n) const noexcept {
+        return offset >= heap_begin && offset <= heap_end && n <= heap_end - offset;
+    }
+    /// I5: the only offsets a replayed log record may touch (heap or allocator metadata).
+    bool replayable(std::uint64_t offset) const noexcept {
+        return offset % 8 == 0 && ((offset >= heap_begin && offset + 8 <= heap_end) ||
+                                   (offset >= meta_begin && offset + 8 <= meta_end));
+    }
+    std::uint64_t* word_at(std::uint64_t offset) const noexcept {
+        return reinterpret_cast<std::uint64_t*>(base + offset);
+    }
+
+    std::uint64_t persisted_checkpoint() const noexcept {
+        return __atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE);
+    }
+
+    /// I2: persists CT = applied_ts (call with tx_mutex held or no transaction running).
+    void checkpoint(persist_ctx& ctx) {
+        if (applied_ts > persisted_checkpoint())
+            persist.persist_word(ctx, &header->checkpoint_ts, applied_ts);
+    }
+
+    /// Sets up the volatile view of the mapped, validated pool.
+    void init_after_map(const pool_options& opt) {
+        header = reinterpret_cast<pool_header*>(base);
+        mode = opt.mode;
+        heap_begin = header->heap_offset;
+        heap_end = header->heap_offset + header->heap_size;
+        meta_begin = header->meta_offset;
+        meta_end = header->meta_offset + header->meta_size;
+        slots.clear();
+        for (std::uint32_t i = 0; i < header->max_threads; ++i) {
+            auto s = std::make_unique<thread_slot>();
+            s->pool = this;
+            s->index = i;
+            s->ring.base = base + header->log_offset + std::uint64_t{i} * header->ring_size;
+            s->ring.size = header->ring_size;
+            slots.push_back(std::move(s));
+        }
+    }
+
+    /// Takes a free slot for the calling thread. Throws tlptm::error if all max_threads slots
+    /// are taken.
+    thread_slot& acquire_slot() {
+        std::lock_guard lk(slots_mutex);
+        for (auto& s : slots) {
+            if (!s->in_use) {
+                s->in_use = true;
+                return *s;
+            }
+        }
+        throw error("tlptm: pool '" + path + "': all " + std::to_string(slots.size()) +
+                    " thread slots are in use (the pool was created with max_threads = " +
+                    std::to_string(slots.size()) + ")");
+    }
+
+    void release_slot(thread_slot& s) {
+        std::lock_guard lk(slots_mutex);
+        s.in_use = false;
+    }
+
+    /// First use of a slot in this opening: start a new ring generation. Every entry of the
+    /// ring has ts <= the persisted CT (recovery made it so), so the old entries may be
+    /// discarded; the new generation makes them fail validation.
+    void attach(thread_slot& s) {
+        s.gen = s.ring.generation() + 1;
+        persist.persist_word(s.pctx, s.ring.generation_word(), s.gen);
+        s.head = 0;
+        s.attached = true;
+    }
+
+    /// Makes room for a padded entry of `n` bytes in the slot's ring, wrapping to the start
+    /// when the rest of the ring is too short. Call with tx_mutex held.
+    void reserve_ring(thread_slot& s, std::size_t n) {
+        if (!s.attached)
+            attach(s);
+        if (s.head + n <= s.ring.capacity())
+            return;
+        // I2: the ring space of an entry may be reused only once the persisted CT covers it.
+        // Every entry of this ring is applied (ts <= applied_ts); make that durable first, and
+        // only then switch generation, which hides the old entries from recovery.
+        checkpoint(s.pctx);
+        if (persisted_checkpoint() < s.last_ts)
+            throw error("tlptm: internal error: ring wrap before its entries are applied");
+        s.gen += 1;
+        __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
+        persist.stored(s.ring.generation_word(), 8);
+        // Durable with the next fence (F1 of the entry that follows): an entry sealed with the
+        // new generation is never durable without the generation word.
+        persist.flush(s.pctx, s.ring.generation_word(), 8);
+        s.head = 0;
+    }
+};
+
+/// The thread's bindings to pools (slot per pool); released at thread exit.
+struct thread_registry {
+    struct binding {
+        std::uint64_t pool_id;
+        std::weak_ptr<pool_state> pool;
+        thread_slot* slot;
+    };
+    std::vector<binding> bindings;
+
+    thread_registry() = default;
+    thread_registry(const thread_registry&) = delete;
+    thread_registry& operator=(const thread_registry&) = delete;
+
+    ~thread_registry() {
+        for (auto& b : bindings)
+            if (auto p = b.pool.lock())
+                p->release_slot(*b.slot);
+    }
+
+    /// The calling thread's slot in `pool`, registering on first use.
+    thread_slot& slot_for(const std::shared_ptr<pool_state>& pool) {
+        for (auto& b : bindings)
+            if (b.pool_id == pool->id)
+                return *b.slot;
+        std::erase_if(bindings, [](const binding& b) { return b.pool.expired(); });
+        thread_slot& s = pool->acquire_slot();
+        bindings.push_back(binding{pool->id, pool, &s});
+        return s;
+    }
+
+    /// Forgets the binding to `pool` (the pool is closing).
+    void forget(std::uint64_t pool_id) {
+        std::erase_if(bindings, [&](const binding& b) { return b.pool_id == pool_id; });
+    }
+};
+
+inline thread_local thread_registry this_thread_registry;
+
+/// The transaction the calling thread is running, or nullptr.
+inline thread_local thread_slot* current_tx = nullptr;
+
+// ---- creating and opening pool files -------------------------------------------------------
+
+inline std::uint32_t env_u32(const char* name, std::uint32_t fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v)
+        return fallback;
+    char* end = nullptr;
+    unsigned long x = std::strtoul(v, &end, 10);
+    if (*end != '\0' || x > 0xFFFFFFFFul)
+        throw error(std::string("tlptm: environment variable ") + name +
+                    " must be a non-negative integer, got '" + v + "'");
+    return static_cast<std::uint32_t>(x);
+}
+
+inline void lock_file(int fd, const std::string& path) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK)
+            throw pool_error(path, "the pool is already open (by another process or another "
+                                   "pool object in this one); a pool is opened by one owner at "
+                                   "a time");
+        throw pool_error(path, "cannot lock the pool file", err);
+    }
+}
+
+inline std::string to_hex(std::uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+/// Maps the file at exactly `addr`, with MAP_SYNC if the file is on persistent memory.
+inline void map_fixed(pool_state& st, std::uintptr_t addr, std::size_t size) {
+    void* want = reinterpret_cast<void*>(addr);
+    void* got = ::mmap(want, size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED_NOREPLACE, st.fd, 0);
+    st.map_sync = got != MAP_FAILED;
+    if (got == MAP_FAILED && (errno == EOPNOTSUPP || errno == EINVAL))
+        got =
+            ::mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, st.fd, 0);
+    if (got == MAP_FAILED) {
+        int err = errno;
+        if (err == EEXIST)
+            throw pool_error(st.path, "cannot map the pool at its base address 0x" + to_hex(addr) +
+                                          ": the range is already in use in this process "
+                                          "(another pool or mapping occupies it)");
+        throw pool_error(st.path, "mmap failed", err);
+    }
+    if (got != want) { // a kernel older than 4.17 ignores MAP_FIXED_NOREPLACE
+        ::munmap(got, size);
+        throw pool_error(st.path, "cannot map the pool at its base address 0x" + to_hex(addr) +
+                                      " (the kernel placed it elsewhere)");
+    }
+    st.base = static_cast<std::uint8_t*>(got);
+    st.size = size;
+}
+
+/// Chooses how stores become durable for this mapping.
+inline void choose_persistence(pool_state& st, const pool_options& opt) {
+    std::uint32_t write_ns =
+        opt.emulate_write_ns ? *opt.emulate_write_ns : env_u32("TLPTM_EMULATE_WRITE_NS", 0);
+    bool emulate_env = env_u32("TLPTM_EMULATE_PMEM", 0) != 0;
+    persistence::kind k = persistence::kind::msync;
+    switch (opt.durability) {
+    case durability::automatic:
+        if (st.map_sync || emulate_env || pmem_is_pmem(st.base, st.size))
+            k = persistence::kind::cpu;
+        break;
+    case durability::msync:
+        k = persistence::kind::msync;
+        break;
+    case durability::emulate_pmem:
+        k = persistence::kind::cpu;
+        break;
+    case durability::pmem:
+        if (!st.map_sync)
+            throw pool_error(st.path, "durability::pmem requested but the file is not on "
+                                      "persistent memory (MAP_SYNC is not supported there)");
+        k = persistence::kind::cpu;
+        break;
+    }
+    st.persist = persistence(k, opt.policy, write_ns);
+}
+
+/// Creates a new pool file. Throws pool_error (exists, no space, cannot map, options that
+/// cannot make a pool).
+inline std::shared_ptr<pool_state> create_state(const std::string& path, const pool_options& opt) {
+    if (opt.max_threads == 0 || opt.max_threads > 4096)
+        throw pool_error(path, "pool_options::max_threads must be in 1..4096");
+    if (opt.log_capacity < 4096 || opt.log_capacity > (std::size_t{1} << 31))
+        throw pool_error(path, "pool_options::log_capacity must be in 4 KiB..2 GiB");
+    std::uint64_t size = round_up(opt.size, 4096);
+    geometry g;
+    if (!compute_geometry(size, opt.max_threads, opt.log_capacity, opt.root_capacity, g))
+        throw pool_error(path,
+                         "pool_options::size " + std::to_string(opt.size) +
+                             " is too small for max_threads = " + std::to_string(opt.max_threads) +
+                             ", log_capacity = " + std::to_string(opt.log_capacity) +
+                             " and root_capacity = " + std::to_string(opt.root_capacity));
+    if (opt.base_address % 4096 != 0 || opt.base_address >= max_user_address ||
+        (opt.base_address != 0 && size > max_user_address - opt.base_address))
+        throw pool_error(path, "pool_options::base_address must be page aligned and leave "
+                               "room for the pool below 0x7fff00000000");
+
+    auto st = std::make_shared<pool_state>();
+    st->path = path;
+    st->fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (st->fd < 0) {
+        int err = errno;
+        throw pool_error(path,
+                         err == EEXIST ? "cannot create: the file already exists"
+                                       : "cannot create the pool file",
+                         err == EEXIST ? 0 : err);
+    }
+    try {
+        lock_file(st->fd, path);
+        if (int err = ::posix_fallocate(st->fd, 0, static_cast<off_t>(size)); err != 0)
+            throw pool_error(path, "cannot allocate " + std::to_string(size) + " bytes", err);
+        std::uint8_t uuid[16];
+        if (::getrandom(uuid, sizeof uuid, 0) != sizeof uuid)
+            throw pool_error(path, "cannot read random bytes for the pool uuid", errno);
+        if (opt.base_address != 0) {
+            map_fixed(*st, opt.base_address, size);
+        } else {
+            // A randomised slot in [16 TiB, 96 TiB), stepping by a power of two >= the size.
+            std::uint64_t step = std::uint64_t{64} << 30;
+            while (step < size)
+                step <<= 1;
+            std::uint64_t lo = std::uint64_t{16} << 40, hi = std::uint64_t{96} << 40;
+            std::uint64_t nslots = (hi - lo) / step;
+            std::uint64_t r;
+            std::memcpy(&r, uuid, sizeof r);
+            for (std::uint64_t i = 0; i < 64 && !st->base; ++i) {
+                std::uint64_t addr = lo + ((r + i * 7919) % nslots) * step;
+                try {
+                    map_fixed(*st, addr, size);
+                } catch (const pool_error&) {
+                    if (i == 63)
+                        throw;
+                }
+            }
+        }
+        choose_persistence(*st, opt);
+        auto* h = reinterpret_cast<pool_header*>(st->base);
+        h->version = layout_version;
+        h->header_size = header_bytes;
+        std::memcpy(h->uuid, uuid, sizeof uuid);
+        h->pool_size = size;
+        h->base_address = reinterpret_cast<std::uintptr_t>(st->base);
+        h->log_offset = g.log_offset;
+        h->ring_size = g.ring_size;
+        h->max_threads = g.max_threads;
+        h->flags = 0;
+        h->meta_offset = g.meta_offset;
+        h->meta_size = g.meta_size;
+        h->heap_offset = g.heap_offset;
+        h->heap_size = g.heap_size;
+        h->root_offset = g.root_offset;
+        h->root_capacity = g.root_capacity;
+        h->superblock_size = superblock_bytes;
+        h->checkpoint_ts = 0;
+        h->root_info = 0;
+        // The magic goes last: a crash during creation leaves a file that open() rejects.
+        std::memcpy(h->magic, pool_magic, sizeof pool_magic);
+        h->checksum = header_checksum(*h);
+        std::memset(h->magic, 0, sizeof h->magic);
+        st->persist.stored(h, header_bytes);
+        st->persist.flush(st->admin_ctx, h, header_bytes);
+        st->persist.fence(st->admin_ctx);
+        std::memcpy(h->magic, pool_magic, sizeof pool_magic);
+        st->persist.stored(h->magic, sizeof h->magic);
+        st->persist.flush(st->admin_ctx, h->magic, sizeof h->magic);
+        st->persist.fence(st->admin_ctx);
+        st->init_after_map(opt);
+    } catch (...) {
+        ::unlink(path.c_str());
+        throw;
+    }
+    return st;
+}
+
+/// Opens and maps an existing pool file after validating its header. Recovery is the caller's
+/// next step. Throws pool_error or layout_error.
+inline std::shared_ptr<pool_state> open_state(const std::string& path, const pool_options& opt) {
+    auto st = std::make_shared<pool_state>();
+    st->path = path;
+    st->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (st->fd < 0)
+        throw pool_error(path, "cannot open the pool file", errno);
+    lock_file(st->fd, path);
+    struct stat sb {};
+    if (::fstat(st->fd, &sb) != 0)
+        throw pool_error(path, "cannot stat the pool file", errno);
+    auto file_size = static_cast<std::uint64_t>(sb.st_size);
+    auto h = std::make_unique<pool_header>();
+    std::memset(h.get(), 0, sizeof *h);
+    if (file_size >= header_bytes) {
+        ssize_t got = ::pread(st->fd, h.get(), header_bytes, 0);
+        if (got != static_cast<ssize_t>(header_bytes))
+            throw pool_error(path, "cannot read the pool header", got < 0 ? errno : 0);
+    }
+    validate_header(*h, file_size, path);
+    map_fixed(*st, h->base_address, h->pool_size);
+    // The mapping shows the same bytes we validated (we hold the file lock).
+    if (std::memcmp(st->base, h.get(), header_bytes) != 0)
+        throw layout_error("tlptm: pool '" + path + "': header changed while opening");
+    choose_persistence(*st, opt);
+    st->init_after_map(opt);
+    return st;
+}
+
+} // namespace tlptm::detail

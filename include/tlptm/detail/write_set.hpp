@@ -1,0 +1,114 @@
+// tlptm — the volatile redo write-set of a transaction.
+//
+// Keyed by the pool offset of an aligned 8-byte word; each entry holds the word's new value and
+// a byte mask (0xFF per byte written). Small write-sets (the common case) are searched linearly
+// behind a 64-bit filter; larger ones get an open-addressing index.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <tlptm/log.hpp>
+
+namespace tlptm::detail {
+
+class write_set {
+public:
+    using entry = log_record;
+
+    bool empty() const noexcept { return entries_.empty(); }
+    std::size_t size() const noexcept { return entries_.size(); }
+    std::vector<entry>& entries() noexcept { return entries_; }
+    const std::vector<entry>& entries() const noexcept { return entries_; }
+
+    /// The entry for the word at `offset` (8-aligned), or nullptr.
+    const entry* find(std::uint64_t offset) const noexcept {
+        if (!(filter_ & filter_bit(offset)))
+            return nullptr;
+        return lookup(offset);
+    }
+
+    /// Merges a store of `value` under `mask` into the word at `offset` (8-aligned).
+    void put(std::uint64_t offset, std::uint64_t value, std::uint64_t mask) {
+        if (filter_ & filter_bit(offset)) {
+            if (entry* e = lookup(offset)) {
+                e->value = (e->value & ~mask) | (value & mask);
+                e->mask |= mask;
+                return;
+            }
+        }
+        filter_ |= filter_bit(offset);
+        entries_.push_back(entry{offset, value & mask, mask});
+        if (entries_.size() > linear_limit) {
+            if (index_.empty() || entries_.size() * 2 > index_.size())
+                rebuild_index(std::max<std::size_t>(64, index_.size() * 2));
+            else
+                index_insert(static_cast<std::uint32_t>(entries_.size() - 1));
+        }
+    }
+
+    /// Sorts the entries by offset (commit time: the log and write-back walk them in order).
+    /// The index is dropped; the set must be cleared before it is used again.
+    void sort_for_commit() {
+        std::sort(entries_.begin(), entries_.end(),
+                  [](const entry& a, const entry& b) { return a.offset < b.offset; });
+        index_.clear();
+        filter_ = ~std::uint64_t{0}; // keep find() correct (linear) if someone still looks
+    }
+
+    void clear() noexcept {
+        entries_.clear();
+        index_.clear();
+        filter_ = 0;
+    }
+
+private:
+    static constexpr std::size_t linear_limit = 16;
+
+    static std::uint64_t hash(std::uint64_t offset) noexcept {
+        return (offset >> 3) * 0x9E3779B97F4A7C15ull;
+    }
+    static std::uint64_t filter_bit(std::uint64_t offset) noexcept {
+        return std::uint64_t{1} << (hash(offset) >> 58);
+    }
+
+    entry* lookup(std::uint64_t offset) const noexcept {
+        auto* self = const_cast<write_set*>(this);
+        if (index_.empty()) {
+            for (entry& e : self->entries_)
+                if (e.offset == offset)
+                    return &e;
+            return nullptr;
+        }
+        std::size_t m = index_.size() - 1;
+        for (std::size_t i = hash(offset) >> 32 & m;; i = (i + 1) & m) {
+            std::uint32_t slot = index_[i];
+            if (slot == 0)
+                return nullptr;
+            if (self->entries_[slot - 1].offset == offset)
+                return &self->entries_[slot - 1];
+        }
+    }
+
+    void index_insert(std::uint32_t idx) {
+        std::size_t m = index_.size() - 1;
+        std::size_t i = hash(entries_[idx].offset) >> 32 & m;
+        while (index_[i] != 0)
+            i = (i + 1) & m;
+        index_[i] = idx + 1;
+    }
+
+    void rebuild_index(std::size_t cap) {
+        index_.assign(cap, 0);
+        for (std::size_t i = 0; i < entries_.size(); ++i)
+            index_insert(static_cast<std::uint32_t>(i));
+    }
+
+    std::vector<entry> entries_;
+    std::vector<std::uint32_t> index_; ///< 0 = empty, else entry index + 1; size a power of 2
+    std::uint64_t filter_ = 0;         ///< one bit per hash bucket of the words written
+};
+
+} // namespace tlptm::detail

@@ -1,0 +1,40 @@
+// tlptm — options of a pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include <tlptm/log.hpp>
+#include <tlptm/persist.hpp>
+
+namespace tlptm {
+
+/// Options for pool::create / open / open_or_create. Fields marked "create" are recorded in the
+/// pool header at creation and ignored by open; the others apply to this opening only.
+struct pool_options {
+    /// create: size of the pool file in bytes.
+    std::size_t size = std::size_t{256} << 20;
+    /// Log optimisations of this opening's transactions.
+    log_mode mode = log_mode::tlptm;
+    /// create: how many threads may run transactions on the pool at once (one log ring each).
+    std::uint32_t max_threads = 16;
+    /// create: bytes of log per thread ring; the largest transaction's log entry must fit.
+    std::size_t log_capacity = std::size_t{1} << 20;
+    /// create: bytes reserved for the root object (rounded up to 64 KiB).
+    std::size_t root_capacity = std::size_t{64} << 10;
+    /// create: virtual address to map the pool at, forever (pointers in the pool are plain
+    /// pointers). 0 lets the library choose a free, randomised address in [16 TiB, 96 TiB).
+    std::uintptr_t base_address = 0;
+    /// How stores are made durable (see tlptm::durability).
+    tlptm::durability durability = tlptm::durability::automatic;
+    /// Extra busy-wait per flushed or streamed cache line, emulating slow persistent-memory
+    /// writes (the paper uses 500 ns). Unset: the environment variable TLPTM_EMULATE_WRITE_NS,
+    /// else 0.
+    std::optional<std::uint32_t> emulate_write_ns = std::nullopt;
+    /// Tests only: a policy that receives every persistence operation instead of the CPU /
+    /// msync path. Must outlive the pool.
+    persist_policy* policy = nullptr;
+};
+
+} // namespace tlptm

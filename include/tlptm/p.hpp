@@ -1,0 +1,111 @@
+// tlptm — p<T>: a persistent field whose stores are transactional.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include <tlptm/detail/pool_state.hpp>
+#include <tlptm/errors.hpp>
+#include <tlptm/transaction.hpp>
+
+namespace tlptm {
+
+/// A field of type T that lives in a pool. Stores go through the running transaction (they
+/// are buffered and logged, and become visible and durable at commit); reads inside a
+/// transaction see the transaction's own stores. Any trivially copyable T, of any size and
+/// alignment (sub-word, multi-word, packed fields). Same size and layout as T.
+///
+/// Reads outside a transaction read the pool directly (meant for single-threaded inspection).
+/// Stores outside a transaction throw tx_scope_error.
+template <class T> class p {
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "tlptm::p<T> needs a trivially copyable T (its bytes are logged and replayed)");
+
+public:
+    p() = default;
+    /// Initialises the bytes directly (for objects built outside the pool).
+    p(const T& v) noexcept : v_(v) {}
+    p(const p&) = default;
+
+    /// Transactional store of v.
+    /// @throw tx_scope_error outside a transaction, or the field is not in the pool's heap
+    p& operator=(const T& v) {
+        detail::thread_slot* s = detail::current_tx;
+        if (!s)
+            throw tx_scope_error("tlptm: store to a tlptm::p<T> outside a transaction; wrap it "
+                                 "in tlptm::atomic");
+        detail::tx_write(*s, &v_, &v, sizeof(T));
+        return *this;
+    }
+    p& operator=(const p& o) { return *this = o.get(); }
+
+    /// The value as the running transaction sees it (or the pool's value outside one).
+    T get() const {
+        std::array<std::byte, sizeof(T)> buf;
+        if (detail::thread_slot* s = detail::current_tx)
+            detail::tx_read(*s, buf.data(), &v_, sizeof(T));
+        else
+            std::memcpy(buf.data(), &v_, sizeof(T));
+        return std::bit_cast<T>(buf);
+    }
+    operator T() const { return get(); }
+
+    /// Member access through a persistent pointer field.
+    T operator->() const requires std::is_pointer_v<T> { return get(); }
+    decltype(auto) operator*() const requires std::is_pointer_v<T> { return *get(); }
+
+    // Compound assignment: read (own writes included), compute, store.
+    template <class U> p& operator+=(const U& u) requires requires(T a, U b) { a + b; }
+    { return *this = static_cast<T>(get() + u); }
+    template <class U> p& operator-=(const U& u) requires requires(T a, U b) { a - b; }
+    { return *this = static_cast<T>(get() - u); }
+    template <class U> p& operator*=(const U& u) requires requires(T a, U b) { a* b; }
+    { return *this = static_cast<T>(get() * u); }
+    template <class U> p& operator/=(const U& u) requires requires(T a, U b) { a / b; }
+    { return *this = static_cast<T>(get() / u); }
+    template <class U> p& operator%=(const U& u) requires requires(T a, U b) { a % b; }
+    { return *this = static_cast<T>(get() % u); }
+    template <class U> p& operator&=(const U& u) requires requires(T a, U b) { a& b; }
+    { return *this = static_cast<T>(get() & u); }
+    template <class U> p& operator|=(const U& u) requires requires(T a, U b) { a | b; }
+    { return *this = static_cast<T>(get() | u); }
+    template <class U> p& operator^=(const U& u) requires requires(T a, U b) { a ^ b; }
+    { return *this = static_cast<T>(get() ^ u); }
+    template <class U> p& operator<<=(const U& u) requires requires(T a, U b) { a << b; }
+    { return *this = static_cast<T>(get() << u); }
+    template <class U> p& operator>>=(const U& u) requires requires(T a, U b) { a >> b; }
+    { return *this = static_cast<T>(get() >> u); }
+
+    p& operator++() requires requires(T a) { ++a; }
+    {
+        T v = get();
+        return *this = ++v;
+    }
+    p& operator--() requires requires(T a) { --a; }
+    {
+        T v = get();
+        return *this = --v;
+    }
+    T operator++(int) requires requires(T a) { a++; }
+    {
+        T v = get();
+        T r = v;
+        *this = ++v;
+        return r;
+    }
+    T operator--(int) requires requires(T a) { a--; }
+    {
+        T v = get();
+        T r = v;
+        *this = --v;
+        return r;
+    }
+
+private:
+    T v_;
+};
+
+} // namespace tlptm

@@ -1,0 +1,196 @@
+// tlptm — the persistence policy: how bytes reach the persistence domain.
+//
+// Every write to the pool that matters for durability goes through detail::persistence:
+// non-temporal copies (log entries), flushes of ranges (written-back data, AALO memory,
+// metadata), and fences. The production path uses libpmem; a file that is not persistent
+// memory is made durable with msync unless the pool is asked to emulate persistent memory.
+#pragma once
+
+#include <libpmem.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <tlptm/errors.hpp>
+#include <tlptm/stats.hpp>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tlptm {
+
+/// How the pool makes stores durable.
+enum class durability {
+    /// Persistent memory (a DAX mapping with MAP_SYNC, or PMEM_IS_PMEM_FORCE=1, or
+    /// TLPTM_EMULATE_PMEM=1) gets CPU flushes; any other file gets msync.
+    automatic,
+    /// Always msync the pages written (correct on any file system, slow).
+    msync,
+    /// CPU flushes and fences only, as on real persistent memory. On a file that is not
+    /// persistent memory this is durable against process crashes but not power loss: use it to
+    /// measure, or with /dev/shm as the paper's NVM emulation does.
+    emulate_pmem,
+    /// Require real persistent memory (MAP_SYNC); opening anything else fails.
+    pmem,
+};
+
+/// Replaces the production persistence path, for tests that trace or crash the commit path.
+/// Every call the library would make to persist bytes arrives here instead; ordinary stores are
+/// announced through stored() after they happened. Not thread-safe unless the implementation is.
+class persist_policy {
+public:
+    virtual ~persist_policy() = default;
+    /// Copy n bytes to dst (in the pool) with non-temporal stores; durable after the next fence.
+    virtual void stream(void* dst, const void* src, std::size_t n) = 0;
+    /// Ordinary stores to [dst, dst + n) have just been made (they sit in the CPU cache).
+    virtual void stored(const void* dst, std::size_t n) { (void)dst, (void)n; }
+    /// Write back the cache lines of [addr, addr + n); durable after the next fence.
+    virtual void flush(const void* addr, std::size_t n) = 0;
+    /// Order and complete every earlier stream and flush.
+    virtual void fence() = 0;
+};
+
+namespace detail {
+
+inline constexpr std::size_t cache_line = 64;
+
+/// Number of cache lines that [addr, addr + n) touches.
+inline std::size_t lines_of(const void* addr, std::size_t n) noexcept {
+    if (n == 0)
+        return 0;
+    auto a = reinterpret_cast<std::uintptr_t>(addr);
+    return (a + n - 1) / cache_line - a / cache_line + 1;
+}
+
+/// Busy-wait for about ns nanoseconds: the emulated extra write latency of persistent memory.
+inline void spin_ns(std::uint64_t ns) noexcept {
+    if (ns == 0)
+        return;
+    auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+    while (std::chrono::steady_clock::now() < end) {
+#if defined(__x86_64__)
+        _mm_pause();
+#endif
+    }
+}
+
+/// Per-thread persistence state: the thread's counters and, in msync mode, the page ranges
+/// flushed since the last fence.
+struct persist_ctx {
+    thread_counters counters;
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> msync_pending;
+};
+
+/// The pool's persistence path. Immutable after the pool is opened; thread-safe (per-thread
+/// state lives in persist_ctx).
+class persistence {
+public:
+    enum class kind { cpu, msync };
+
+    persistence() = default;
+    persistence(kind k, persist_policy* override_policy, std::uint32_t write_ns) noexcept
+        : kind_(k), override_(override_policy), write_ns_(write_ns) {}
+
+    kind mode() const noexcept { return kind_; }
+    std::uint32_t write_ns() const noexcept { return write_ns_; }
+    bool traced() const noexcept { return override_ != nullptr; }
+
+    /// Non-temporal copy of n bytes into the pool (log entries); durable after fence().
+    void stream(persist_ctx& ctx, void* dst, const void* src, std::size_t n) const {
+        thread_counters::add(ctx.counters.streamed_bytes, n);
+        if (override_) {
+            override_->stream(dst, src, n);
+        } else if (kind_ == kind::cpu) {
+            pmem_memcpy(dst, src, n, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
+        } else {
+            std::memcpy(dst, src, n);
+            note_msync(ctx, dst, n);
+        }
+        spin_ns(std::uint64_t{write_ns_} * lines_of(dst, n));
+    }
+
+    /// Announce ordinary stores to [dst, dst + n) (only the tracing policy listens).
+    void stored(const void* dst, std::size_t n) const {
+        if (override_)
+            override_->stored(dst, n);
+    }
+
+    /// Write back the cache lines of [addr, addr + n); durable after fence().
+    void flush(persist_ctx& ctx, const void* addr, std::size_t n) const {
+        std::size_t lines = lines_of(addr, n);
+        thread_counters::add(ctx.counters.flushed_lines, lines);
+        if (override_) {
+            override_->flush(addr, n);
+        } else if (kind_ == kind::cpu) {
+            pmem_flush(addr, n);
+        } else {
+            note_msync(ctx, addr, n);
+        }
+        spin_ns(std::uint64_t{write_ns_} * lines);
+    }
+
+    /// Store fence: every earlier stream() and flush() of this thread is durable afterwards.
+    void fence(persist_ctx& ctx) const {
+        thread_counters::add(ctx.counters.fences, 1);
+        if (override_) {
+            override_->fence();
+        } else if (kind_ == kind::cpu) {
+            pmem_drain();
+        } else {
+            drain_msync(ctx);
+        }
+    }
+
+    /// One aligned 8-byte store made durable on its own (header words such as CT).
+    void persist_word(persist_ctx& ctx, std::uint64_t* word, std::uint64_t value) const {
+        __atomic_store_n(word, value, __ATOMIC_RELEASE);
+        stored(word, sizeof value);
+        flush(ctx, word, sizeof value);
+        fence(ctx);
+    }
+
+private:
+    static void note_msync(persist_ctx& ctx, const void* addr, std::size_t n) {
+        static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+        auto a = reinterpret_cast<std::uintptr_t>(addr);
+        std::uintptr_t lo = a & ~(page - 1);
+        std::uintptr_t hi = (a + n + page - 1) & ~(page - 1);
+        if (!ctx.msync_pending.empty()) {
+            auto& last = ctx.msync_pending.back();
+            if (lo <= last.second && hi >= last.first) { // overlapping or adjacent: merge
+                last.first = std::min(last.first, lo);
+                last.second = std::max(last.second, hi);
+                return;
+            }
+        }
+        ctx.msync_pending.emplace_back(lo, hi);
+    }
+
+    static void drain_msync(persist_ctx& ctx) {
+        for (auto [lo, hi] : ctx.msync_pending) {
+            if (::msync(reinterpret_cast<void*>(lo), hi - lo, MS_SYNC) != 0) {
+                int err = errno;
+                ctx.msync_pending.clear();
+                throw error(std::string("tlptm: msync failed, the pool's durability is lost: ") +
+                            std::strerror(err));
+            }
+        }
+        ctx.msync_pending.clear();
+    }
+
+    kind kind_ = kind::cpu;
+    persist_policy* override_ = nullptr;
+    std::uint32_t write_ns_ = 0;
+};
+
+} // namespace detail
+} // namespace tlptm

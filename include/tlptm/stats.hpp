@@ -1,0 +1,76 @@
+// tlptm — counters of what transactions did to persistent memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace tlptm {
+
+/// What the transactions of a pool have done since the pool was opened, summed over all
+/// threads (live and exited). Returned by pool::stats(); subtract two snapshots to measure an
+/// interval.
+struct stats {
+    std::uint64_t tx_committed = 0;       ///< update transactions committed
+    std::uint64_t tx_read_only = 0;       ///< read-only transactions committed (no log, no fence)
+    std::uint64_t tx_aborted = 0;         ///< transactions aborted (exception, conflict, overflow)
+    std::uint64_t log_bytes = 0;          ///< bytes of log entries written (headers included)
+    std::uint64_t streamed_bytes = 0;     ///< bytes written with non-temporal stores
+    std::uint64_t flushed_lines = 0;      ///< cache lines flushed (CLWB / CLFLUSHOPT / CLFLUSH)
+    std::uint64_t fences = 0;             ///< store fences (SFENCE) or msync calls standing for one
+    std::uint64_t data_bytes_written = 0; ///< bytes written back in place at commit
+
+    /// Persistent-memory bytes written: streamed bytes plus whole flushed lines.
+    std::uint64_t pm_bytes_written() const noexcept { return streamed_bytes + 64 * flushed_lines; }
+
+    friend stats operator-(stats a, const stats& b) noexcept {
+        a.tx_committed -= b.tx_committed;
+        a.tx_read_only -= b.tx_read_only;
+        a.tx_aborted -= b.tx_aborted;
+        a.log_bytes -= b.log_bytes;
+        a.streamed_bytes -= b.streamed_bytes;
+        a.flushed_lines -= b.flushed_lines;
+        a.fences -= b.fences;
+        a.data_bytes_written -= b.data_bytes_written;
+        return a;
+    }
+    friend stats operator+(stats a, const stats& b) noexcept {
+        a.tx_committed += b.tx_committed;
+        a.tx_read_only += b.tx_read_only;
+        a.tx_aborted += b.tx_aborted;
+        a.log_bytes += b.log_bytes;
+        a.streamed_bytes += b.streamed_bytes;
+        a.flushed_lines += b.flushed_lines;
+        a.fences += b.fences;
+        a.data_bytes_written += b.data_bytes_written;
+        return a;
+    }
+};
+
+namespace detail {
+
+/// Per-thread counters. Only the owning thread writes (plain load + store, relaxed, so no
+/// read-modify-write on the hot path); pool::stats() reads them from any thread.
+struct thread_counters {
+    std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
+        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0};
+
+    static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
+        c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    }
+
+    tlptm::stats snapshot() const noexcept {
+        tlptm::stats s;
+        s.tx_committed = tx_committed.load(std::memory_order_relaxed);
+        s.tx_read_only = tx_read_only.load(std::memory_order_relaxed);
+        s.tx_aborted = tx_aborted.load(std::memory_order_relaxed);
+        s.log_bytes = log_bytes.load(std::memory_order_relaxed);
+        s.streamed_bytes = streamed_bytes.load(std::memory_order_relaxed);
+        s.flushed_lines = flushed_lines.load(std::memory_order_relaxed);
+        s.fences = fences.load(std::memory_order_relaxed);
+        s.data_bytes_written = data_bytes_written.load(std::memory_order_relaxed);
+        return s;
+    }
+};
+
+} // namespace detail
+} // namespace tlptm

@@ -1,0 +1,380 @@
+// The public API: pools, p<T>, tlptm::atomic, tx.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "test_util.hpp"
+
+namespace {
+
+struct twelve {
+    std::uint32_t a, b, c;
+};
+struct twenty_four {
+    std::uint64_t x, y;
+    std::int32_t z;
+    char tag[4];
+};
+
+#pragma pack(push, 1)
+struct packed_fields {
+    std::uint8_t pad1;
+    tlptm::p<std::uint64_t> unaligned64; // at offset 1: spans two words
+    tlptm::p<std::uint16_t> unaligned16; // at offset 9
+    std::uint8_t pad2[5];
+    tlptm::p<twelve> unaligned12; // at offset 16 + ... see static_asserts
+};
+#pragma pack(pop)
+static_assert(offsetof(packed_fields, unaligned64) == 1);
+static_assert(offsetof(packed_fields, unaligned16) == 9);
+
+struct node {
+    tlptm::p<std::uint64_t> key;
+    tlptm::p<node*> next;
+};
+
+struct api_root {
+    tlptm::p<std::uint8_t> u8;
+    tlptm::p<std::int16_t> i16;
+    tlptm::p<std::uint32_t> u32;
+    tlptm::p<std::uint64_t> u64;
+    tlptm::p<twelve> t12;
+    tlptm::p<twenty_four> t24;
+    tlptm::p<double> dbl;
+    packed_fields packed;
+    tlptm::p<node*> head;
+    node nodes[4];
+    tlptm::p<std::uint64_t> words[64];
+    std::uint64_t raw[16]; // plain words, written through tx.store / tx.write
+};
+
+static_assert(sizeof(tlptm::p<twelve>) == 12);
+static_assert(sizeof(tlptm::p<std::uint8_t>) == 1);
+static_assert(alignof(tlptm::p<std::uint64_t>) == alignof(std::uint64_t));
+
+} // namespace
+
+TEST_CASE("create, write, close, reopen in another process") {
+    tlptm_test::temp_path path("roundtrip");
+    {
+        auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+        auto* r = pool.root<api_root>();
+        CHECK(r->u64.get() == 0); // zero-filled at creation
+        tlptm::atomic(pool, [&] {
+            r->u64 = 0x1122334455667788ull;
+            r->u8 = 7;
+            r->t24 = twenty_four{1, 2, -3, {'a', 'b', 'c', 'd'}};
+        });
+    }
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        // The child checks the parent's data and adds its own.
+        int rc = 0;
+        try {
+            auto pool = tlptm::pool::open(path, tlptm_test::small_options());
+            auto* r = pool.root<api_root>();
+            if (r->u64.get() != 0x1122334455667788ull || r->u8.get() != 7)
+                rc = 2;
+            if (r->t24.get().z != -3 || r->t24.get().tag[3] != 'd')
+                rc = 3;
+            tlptm::atomic(pool, [&] { r->u32 = 4242; });
+        } catch (...) {
+            rc = 4;
+        }
+        ::_exit(rc);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    auto pool = tlptm::pool::open(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    CHECK(r->u32.get() == 4242);
+    CHECK(r->u64.get() == 0x1122334455667788ull);
+    CHECK(pool.last_recovery().entries_replayed == 0); // clean close: nothing to replay
+}
+
+TEST_CASE("p<T> of 1, 2, 4, 8, 12 and 24 bytes, double, and unaligned fields") {
+    tlptm_test::temp_path path("ptypes");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] {
+        r->u8 = 0xAB;
+        r->i16 = -12345;
+        r->u32 = 0xDEADBEEF;
+        r->u64 = ~std::uint64_t{0} - 5;
+        r->t12 = twelve{1, 2, 3};
+        r->t24 = twenty_four{0x0102030405060708ull, 9, -10, {'w', 'x', 'y', 'z'}};
+        r->dbl = 3.25;
+        r->packed.unaligned64 = 0xA1A2A3A4A5A6A7A8ull;
+        r->packed.unaligned16 = 0xBEEF;
+        r->packed.unaligned12 = twelve{7, 8, 9};
+    });
+    // Neighbouring bytes are untouched by sub-word and unaligned stores.
+    CHECK(r->packed.pad1 == 0);
+    CHECK(r->packed.pad2[0] == 0);
+    pool.close();
+    pool = tlptm::pool::open(path, tlptm_test::small_options());
+    r = pool.root<api_root>();
+    CHECK(r->u8.get() == 0xAB);
+    CHECK(r->i16.get() == -12345);
+    CHECK(r->u32.get() == 0xDEADBEEF);
+    CHECK(r->u64.get() == ~std::uint64_t{0} - 5);
+    CHECK(r->t12.get().c == 3);
+    CHECK(r->t24.get().x == 0x0102030405060708ull);
+    CHECK(r->t24.get().z == -10);
+    CHECK(r->t24.get().tag[0] == 'w');
+    CHECK(r->dbl.get() == 3.25);
+    CHECK(r->packed.unaligned64.get() == 0xA1A2A3A4A5A6A7A8ull);
+    CHECK(r->packed.unaligned16.get() == 0xBEEF);
+    CHECK(r->packed.unaligned12.get().b == 8);
+    // A sub-word store leaves the rest of its word alone.
+    tlptm::atomic(pool, [&] { r->i16 = 1; });
+    CHECK(r->u8.get() == 0xAB);
+    CHECK(r->u32.get() == 0xDEADBEEF);
+}
+
+TEST_CASE("reads see the transaction's own writes; other memory sees them only at commit") {
+    tlptm_test::temp_path path("row");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] {
+        r->u64 = 10;
+        CHECK(r->u64.get() == 10);
+        // Redo log: the pool itself is untouched until commit.
+        std::uint64_t raw;
+        std::memcpy(&raw, &r->u64, 8);
+        CHECK(raw == 0);
+        r->u64 += 5;
+        r->u64 *= 2;
+        ++r->u64;
+        CHECK(r->u64.get() == 31);
+        r->packed.unaligned64 = 0x1111111111111111ull;
+        r->packed.unaligned16 = 0x2222;
+        CHECK(r->packed.unaligned64.get() == 0x1111111111111111ull);
+        CHECK(r->packed.unaligned16.get() == 0x2222);
+    });
+    CHECK(r->u64.get() == 31);
+}
+
+TEST_CASE("atomic returns the lambda's result; both lambda forms") {
+    tlptm_test::temp_path path("ret");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    int v = tlptm::atomic(pool, [&] {
+        r->u32 = 41;
+        return static_cast<int>(r->u32.get()) + 1;
+    });
+    CHECK(v == 42);
+    std::uint64_t w = tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        tx.store(&r->raw[3], std::uint64_t{99});
+        std::uint64_t x = 123;
+        tx.write(&r->raw[4], &x, sizeof x);
+        return tx.load(&r->raw[3]) + tx.load(&r->raw[4]);
+    });
+    CHECK(w == 222);
+    CHECK(r->raw[4] == 123);
+    tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.memcpy(&r->raw[10], &r->raw[3], 16); });
+    CHECK(r->raw[10] == 99);
+    CHECK(r->raw[11] == 123);
+}
+
+TEST_CASE("an exception aborts: nothing of the transaction stays, and it propagates") {
+    tlptm_test::temp_path path("abort");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] { r->u64 = 1; });
+    auto before = pool.stats();
+    CHECK_THROWS_AS(tlptm::atomic(pool,
+                                  [&] {
+                                      r->u64 = 2;
+                                      r->u32 = 3;
+                                      throw std::runtime_error("boom");
+                                  }),
+                    std::runtime_error);
+    CHECK(r->u64.get() == 1);
+    CHECK(r->u32.get() == 0);
+    auto d = pool.stats() - before;
+    CHECK(d.tx_aborted == 1);
+    CHECK(d.log_bytes == 0);
+    CHECK(d.fences == 0);
+    // The pool stays usable and survives a reopen without the aborted stores.
+    tlptm::atomic(pool, [&] { r->u32 = 5; });
+    pool.close();
+    pool = tlptm::pool::open(path, tlptm_test::small_options());
+    r = pool.root<api_root>();
+    CHECK(r->u64.get() == 1);
+    CHECK(r->u32.get() == 5);
+}
+
+TEST_CASE("nested atomic calls flatten into the outermost transaction") {
+    tlptm_test::temp_path path("nest");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    auto before = pool.stats();
+    tlptm::atomic(pool, [&] {
+        r->u64 = 1;
+        int inner = tlptm::atomic(pool, [&] {
+            r->u32 = 2;
+            return 7;
+        });
+        CHECK(inner == 7);
+        CHECK(r->u32.get() == 2);
+    });
+    auto d = pool.stats() - before;
+    CHECK(d.tx_committed == 1); // one transaction, one log entry
+    CHECK(r->u32.get() == 2);
+    // An exception in the inner call that escapes aborts the whole transaction.
+    CHECK_THROWS(tlptm::atomic(pool, [&] {
+        r->u64 = 100;
+        tlptm::atomic(pool, [&] {
+            r->u32 = 200;
+            throw std::logic_error("inner");
+        });
+    }));
+    CHECK(r->u64.get() == 1);
+    CHECK(r->u32.get() == 2);
+}
+
+TEST_CASE("stores outside a transaction throw tx_scope_error") {
+    tlptm_test::temp_path path("scope");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    CHECK_THROWS_AS(r->u64 = 5, tlptm::tx_scope_error);
+    CHECK_THROWS_AS(r->u64 += 1, tlptm::tx_scope_error);
+    CHECK_THROWS_AS(tlptm::current_tx(), tlptm::tx_scope_error);
+    CHECK(r->u64.get() == 0);
+    // A transactional store to memory that is not the pool's heap is refused too.
+    std::uint64_t local = 0;
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.store(&local, std::uint64_t{1}); }),
+                    tlptm::tx_scope_error);
+    // Another pool's memory inside this pool's transaction: refused.
+    tlptm_test::temp_path other_path("scope2");
+    auto other = tlptm::pool::create(other_path, tlptm_test::small_options());
+    auto* o = other.root<api_root>();
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&] { o->u64 = 1; }), tlptm::tx_scope_error);
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&] { tlptm::atomic(other, [] {}); }),
+                    tlptm::tx_scope_error);
+    CHECK(o->u64.get() == 0);
+}
+
+TEST_CASE("pointers between objects in the pool survive a reopen") {
+    tlptm_test::temp_path path("ptr");
+    {
+        auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+        auto* r = pool.root<api_root>();
+        tlptm::atomic(pool, [&] {
+            for (int i = 0; i < 4; ++i) {
+                r->nodes[i].key = static_cast<std::uint64_t>(i * 10);
+                r->nodes[i].next = r->head.get();
+                r->head = &r->nodes[i];
+            }
+        });
+    }
+    auto pool = tlptm::pool::open(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    std::uint64_t sum = 0;
+    int n = 0;
+    for (node* x = r->head; x != nullptr; x = x->next) {
+        sum += x->key;
+        ++n;
+    }
+    CHECK(n == 4);
+    CHECK(sum == 60);
+    CHECK(r->head->key.get() == 30);
+}
+
+TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update") {
+    tlptm_test::temp_path path("stats");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options(tlptm::log_mode::baseline));
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] { r->u64 = 1; }); // first transaction also starts the ring
+    auto s0 = pool.stats();
+    tlptm::atomic(pool, [&] { r->u64 = 2; });
+    auto one = pool.stats() - s0;
+    CHECK(one.tx_committed == 1);
+    CHECK(one.fences == 2);        // F1 (log) and F2 (data)
+    CHECK(one.flushed_lines == 1); // the word's line
+    CHECK(one.log_bytes == 16 + 24);
+    auto s1 = pool.stats();
+    tlptm::atomic(pool, [&] {
+        for (int i = 0; i < 10; ++i)
+            r->words[i] = static_cast<std::uint64_t>(i + 1);
+    });
+    auto ten = pool.stats() - s1;
+    CHECK(ten.fences == 2);
+    CHECK(ten.log_bytes == 16 + 10 * 24);
+    CHECK(ten.data_bytes_written == 80);
+    CHECK(ten.flushed_lines >= 2); // 80 bytes span two or three lines
+    CHECK(ten.flushed_lines <= 3);
+    // Read-only transactions write nothing persistent.
+    auto s2 = pool.stats();
+    std::uint64_t got = tlptm::atomic(pool, [&] { return r->words[9].get(); });
+    CHECK(got == 10);
+    auto ro = pool.stats() - s2;
+    CHECK(ro.tx_read_only == 1);
+    CHECK(ro.fences == 0);
+    CHECK(ro.flushed_lines == 0);
+    CHECK(ro.log_bytes == 0);
+}
+
+TEST_CASE("write-sets larger than the linear limit keep read-own-writes and merge stores") {
+    tlptm_test::temp_path path("bigws");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] {
+        for (int round = 0; round < 3; ++round)
+            for (int i = 0; i < 64; ++i)
+                r->words[i] += static_cast<std::uint64_t>(i);
+        for (int i = 0; i < 64; ++i)
+            CHECK(r->words[i].get() == static_cast<std::uint64_t>(3 * i));
+    });
+    for (int i = 0; i < 64; ++i)
+        CHECK(r->words[i].get() == static_cast<std::uint64_t>(3 * i));
+}
+
+TEST_CASE("transactions from several threads are serialised and all committed") {
+    tlptm_test::temp_path path("threads");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    std::array<std::thread, 3> ts;
+    for (auto& t : ts)
+        t = std::thread([&] {
+            for (int i = 0; i < 500; ++i)
+                tlptm::atomic(pool, [&] { r->u64 += 1; });
+        });
+    for (auto& t : ts)
+        t.join();
+    CHECK(r->u64.get() == 1500);
+    // Slots of exited threads are released and reused: more threads than slots over time.
+    for (int round = 0; round < 3; ++round) {
+        std::array<std::thread, 4> more;
+        for (auto& t : more)
+            t = std::thread([&] { tlptm::atomic(pool, [&] { r->u32 += 1; }); });
+        for (auto& t : more)
+            t.join();
+    }
+    CHECK(r->u32.get() == 12);
+}
+
+TEST_CASE("open_or_create creates once and then opens; recover() on an open pool") {
+    tlptm_test::temp_path path("ooc");
+    {
+        auto pool = tlptm::pool::open_or_create(path, tlptm_test::small_options());
+        tlptm::atomic(pool, [&] { pool.root<api_root>()->u64 = 77; });
+        auto rep = pool.recover();
+        CHECK(rep.entries_replayed == 0); // everything applied was checkpointed first
+        CHECK(rep.checkpoint_after >= 1);
+        CHECK(pool.root<api_root>()->u64.get() == 77);
+    }
+    auto pool = tlptm::pool::open_or_create(path, tlptm_test::small_options());
+    CHECK(pool.root<api_root>()->u64.get() == 77);
+}
