@@ -1,23 +1,28 @@
 // tlptm — redo-log entries and the per-thread log ring (DESIGN.md §3, docs/log-format.md).
 //
-// A ring holds one entry per committed update transaction:
+// A ring holds one entry per committed update transaction, byte-packed one after another from
+// the start of the ring's data area. Two entry formats exist (the first byte says which):
 //
-//   word 0   ts (bits 0..55) | format (bits 56..63)
-//   word 1   length in bytes (bits 0..31, header included, padding excluded) | CRC32C (32..63)
-//   payload  records, in the entry's format
+//   baseline (1)    Mnemosyne-style: a 16-byte header {format, ts (7 bytes), length (4),
+//                   CRC (4)} and 24 bytes per logged word (offset, value, byte mask).
+//   compressed (2)  CBLO: a 7..23-byte header {format, varint payload length, varint ts delta,
+//                   CRC (4)} and records that delta-code offsets, merge runs of adjacent words,
+//                   drop full masks and varint-code values (codec.hpp).
 //
-// Entries start 8-byte aligned, one after another from the start of the ring's data area. The
-// CRC32C covers the ring generation, word 0, the length and the payload, so a torn entry (a
-// crash while its non-temporal stores were in flight) or a stale entry of an earlier generation
-// never validates: the commit needs no separate commit flag and no second fence.
+// The CRC32C of an entry covers the ring generation, the entry's timestamp and every byte of
+// the entry but the CRC itself, so a torn entry (a crash while its non-temporal stores were in
+// flight) or a stale entry of an earlier generation never validates: the commit needs no
+// separate commit flag and no second fence before the data write-back.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <vector>
 
+#include <tlptm/codec.hpp>
 #include <tlptm/detail/crc32c.hpp>
 #include <tlptm/detail/layout.hpp>
 
@@ -48,12 +53,15 @@ inline const char* to_string(log_mode m) noexcept {
 
 namespace detail {
 
-/// The format byte of an entry: how its payload is encoded.
+/// The format byte of an entry: how its header and payload are encoded.
 enum class entry_format : std::uint8_t {
-    baseline = 1, ///< records of three little-endian 64-bit words: offset, value, byte mask
+    baseline = 1,   ///< fixed 16-byte header; records of three 64-bit words
+    compressed = 2, ///< varint header; CBLO records
 };
 
-inline constexpr std::size_t entry_header_bytes = 16;
+inline constexpr std::size_t baseline_header_bytes = 16;
+/// Largest compressed header: format + two 9-byte varints + CRC.
+inline constexpr std::size_t max_compressed_header_bytes = 1 + 9 + 9 + 4;
 
 /// One logged store: an aligned 8-byte word of the pool (by offset from the pool base), its new
 /// value and which of its bytes the store covers (0xFF per byte written).
@@ -72,82 +80,318 @@ inline void store_u64(std::uint8_t* p, std::uint64_t v) noexcept {
     std::memcpy(p, &v, 8);
 }
 
-/// CRC of an entry of `length` bytes at `e` for ring generation `gen` (the CRC field excluded).
-inline std::uint32_t entry_crc(const std::uint8_t* e, std::uint32_t length,
-                               std::uint64_t gen) noexcept {
+/// CRC of an entry: generation, timestamp, then the entry's bytes without its CRC field
+/// (`crc_at` is where the 4 CRC bytes sit).
+inline std::uint32_t entry_crc(const std::uint8_t* e, std::size_t length, std::size_t crc_at,
+                               std::uint64_t gen, std::uint64_t ts) noexcept {
     std::uint32_t c = crc32c_update(crc32c_init, &gen, sizeof gen);
-    c = crc32c_update(c, e, 12);
-    c = crc32c_update(c, e + entry_header_bytes, length - entry_header_bytes);
+    c = crc32c_update(c, &ts, sizeof ts);
+    c = crc32c_update(c, e, crc_at);
+    c = crc32c_update(c, e + crc_at + 4, length - crc_at - 4);
     return crc32c_final(c);
 }
 
-/// Writes the header of an entry whose payload is already at buf[16, length) and seals it with
-/// its CRC for generation `gen`. `buf` must have room for the padding to 8 bytes, which is zeroed.
-inline void seal_entry(std::uint8_t* buf, std::uint32_t length, std::uint64_t ts, entry_format fmt,
-                       std::uint64_t gen) noexcept {
-    store_u64(buf, ts | (std::uint64_t{static_cast<std::uint8_t>(fmt)} << 56));
-    std::memcpy(buf + 8, &length, 4);
-    for (std::uint32_t i = length; i % 8 != 0; ++i)
-        buf[i] = 0;
-    std::uint32_t crc = entry_crc(buf, length, gen);
-    std::memcpy(buf + 12, &crc, 4);
+// ---- compressed records (CBLO) --------------------------------------------------------------
+//
+// Records are sorted by offset. Each starts with a varint H:
+//   H = gap << 3 | pointer << 2 | partial << 1 | run
+//   gap      words between the end of the previous record (initially offset 0) and this one
+//   run      a varint count - 2 follows: count >= 2 adjacent full words
+//   partial  one byte-enable byte follows (the word's mask, neither 0x00 nor 0xFF)
+//   pointer  the values are pool pointers, coded as varint(value - pool base)
+// then one varint per word: zigzag(value) for plain full words, the masked bytes gathered low
+// for a partial word, value - base for pointers.
+
+/// The 8-bit byte-enable form of a byte mask (bit i set if byte i is written).
+inline std::uint8_t byte_enables(std::uint64_t mask) noexcept {
+    std::uint8_t be = 0;
+    for (int i = 0; i < 8; ++i)
+        if ((mask >> (8 * i)) & 0xFF)
+            be |= static_cast<std::uint8_t>(1u << i);
+    return be;
+}
+inline std::uint64_t mask_of(std::uint8_t be) noexcept {
+    std::uint64_t m = 0;
+    for (int i = 0; i < 8; ++i)
+        if (be & (1u << i))
+            m |= std::uint64_t{0xFF} << (8 * i);
+    return m;
+}
+/// The bytes of v selected by be, packed from the low end (a byte-wise PEXT).
+inline std::uint64_t gather_bytes(std::uint64_t v, std::uint8_t be) noexcept {
+    std::uint64_t r = 0;
+    int k = 0;
+    for (int i = 0; i < 8; ++i)
+        if (be & (1u << i))
+            r |= ((v >> (8 * i)) & 0xFF) << (8 * k++);
+    return r;
+}
+inline std::uint64_t scatter_bytes(std::uint64_t packed, std::uint8_t be) noexcept {
+    std::uint64_t r = 0;
+    int k = 0;
+    for (int i = 0; i < 8; ++i)
+        if (be & (1u << i))
+            r |= ((packed >> (8 * k++)) & 0xFF) << (8 * i);
+    return r;
 }
 
-/// Encodes `records` as the payload of a baseline entry into `out` (resized to the padded
-/// entry size; the header is left for seal_entry). Returns the entry length.
-inline std::uint32_t encode_baseline(std::vector<std::uint8_t>& out,
-                                     std::span<const log_record> records) {
-    std::size_t length = entry_header_bytes + 24 * records.size();
-    out.resize(round_up(length, 8));
-    std::uint8_t* p = out.data() + entry_header_bytes;
-    for (const log_record& r : records) {
-        store_u64(p, r.offset);
-        store_u64(p + 8, r.value);
-        store_u64(p + 16, r.mask);
-        p += 24;
+/// Where in-pool pointers lie, so that they can be logged as pool offsets.
+struct pointer_range {
+    std::uint64_t base = 0; ///< pool base address (0: no pointer coding)
+    std::uint64_t size = 0;
+    bool contains(std::uint64_t v) const noexcept { return base != 0 && v - base < size; }
+};
+
+/// Encodes sorted `records` as compressed records at `out`, which must have room for
+/// compressed_bound(records.size()) bytes. Returns the bytes written.
+inline std::size_t encode_compressed_records(std::uint8_t* out, std::span<const log_record> records,
+                                             pointer_range ptrs) noexcept {
+    constexpr std::uint64_t full = ~std::uint64_t{0};
+    std::uint8_t* p = out;
+    std::uint64_t expect = 0; // offset just past the previous record
+    std::size_t i = 0, n = records.size();
+    while (i < n) {
+        const log_record& r = records[i];
+        std::uint64_t gap = (r.offset - expect) / 8;
+        if (r.mask != full) {
+            std::uint8_t be = byte_enables(r.mask);
+            p += codec::put_varint(p, gap << 3 | 2);
+            *p++ = be;
+            p += codec::put_varint(p, gather_bytes(r.value, be));
+            expect = r.offset + 8;
+            ++i;
+            continue;
+        }
+        bool ptr = ptrs.contains(r.value);
+        std::size_t j = i + 1; // extend the run over adjacent full words of the same kind
+        while (j < n && records[j].offset == records[j - 1].offset + 8 && records[j].mask == full &&
+               ptrs.contains(records[j].value) == ptr)
+            ++j;
+        std::size_t count = j - i;
+        std::uint64_t flags = (ptr ? 4u : 0u) | (count > 1 ? 1u : 0u);
+        p += codec::put_varint(p, gap << 3 | flags);
+        if (count > 1)
+            p += codec::put_varint(p, count - 2);
+        for (std::size_t k = i; k < j; ++k)
+            p += codec::put_varint(
+                p, ptr ? records[k].value - ptrs.base
+                       : codec::zigzag_encode(static_cast<std::int64_t>(records[k].value)));
+        expect = records[j - 1].offset + 8;
+        i = j;
     }
-    return static_cast<std::uint32_t>(length);
+    return static_cast<std::size_t>(p - out);
 }
+
+/// Upper bound of encode_compressed_records' output for n records (spill of the last varint
+/// store included).
+inline constexpr std::size_t compressed_bound(std::size_t n) noexcept {
+    return n * (9 + 1 + 9) + codec::put_varint_writable_bytes;
+}
+
+/// Decodes compressed records from [p, end), calling f(log_record) for each word. Returns
+/// false on malformed input (truncated varint, bad flags, a count or gap that overflows, bytes
+/// left over); f may then have seen a prefix. Reads nothing outside [p, end).
+template <class F>
+bool decode_compressed_records(const std::uint8_t* p, const std::uint8_t* end,
+                               std::uint64_t pool_base, F&& f) {
+    std::uint64_t expect = 0;
+    while (p < end) {
+        std::uint64_t h;
+        std::size_t k = codec::get_varint(p, end, h);
+        if (k == 0)
+            return false;
+        p += k;
+        std::uint64_t gap = h >> 3;
+        bool run = h & 1, partial = h & 2, ptr = h & 4;
+        if (partial && (run || ptr))
+            return false;
+        std::uint64_t offset;
+        if (gap > (~std::uint64_t{0} >> 3) || __builtin_add_overflow(expect, gap * 8, &offset))
+            return false;
+        std::uint64_t count = 1;
+        if (run) {
+            std::uint64_t c;
+            if ((k = codec::get_varint(p, end, c)) == 0)
+                return false;
+            p += k;
+            // Each word takes at least one byte, which bounds the count by what is left.
+            if (c > static_cast<std::uint64_t>(end - p))
+                return false;
+            count = c + 2;
+        }
+        std::uint64_t mask = ~std::uint64_t{0};
+        std::uint8_t be = 0xFF;
+        if (partial) {
+            if (p >= end)
+                return false;
+            be = *p++;
+            if (be == 0 || be == 0xFF)
+                return false;
+            mask = mask_of(be);
+        }
+        for (std::uint64_t w = 0; w < count; ++w) {
+            std::uint64_t v;
+            if ((k = codec::get_varint(p, end, v)) == 0)
+                return false;
+            p += k;
+            std::uint64_t value;
+            if (partial) {
+                if (v > mask_of(static_cast<std::uint8_t>((1u << std::popcount(be)) - 1)))
+                    return false;
+                value = scatter_bytes(v, be);
+            } else if (ptr) {
+                if (pool_base == 0 || __builtin_add_overflow(pool_base, v, &value))
+                    return false;
+            } else {
+                value = static_cast<std::uint64_t>(codec::zigzag_decode(v));
+            }
+            std::uint64_t off;
+            if (__builtin_add_overflow(offset, w * 8, &off) || off > ~std::uint64_t{0} - 8)
+                return false;
+            f(log_record{off, value, mask});
+        }
+        expect = offset + count * 8;
+    }
+    return true;
+}
+
+// ---- whole entries ----------------------------------------------------------------------------
+
+/// Builds entries in a reusable buffer: the payload first (its size decides where the ring
+/// must make room), then the header once the timestamp is known.
+class entry_builder {
+public:
+    /// Encodes the payload of `records` (sorted by offset) in `format`; returns an upper bound
+    /// of the entry's size.
+    std::size_t encode(entry_format format, std::span<const log_record> records,
+                       pointer_range ptrs) {
+        format_ = format;
+        if (format == entry_format::baseline) {
+            payload_at_ = baseline_header_bytes;
+            payload_ = 24 * records.size();
+            buf_.resize(payload_at_ + payload_);
+            std::uint8_t* p = buf_.data() + payload_at_;
+            for (const log_record& r : records) {
+                store_u64(p, r.offset);
+                store_u64(p + 8, r.value);
+                store_u64(p + 16, r.mask);
+                p += 24;
+            }
+            return payload_at_ + payload_;
+        }
+        payload_at_ = max_compressed_header_bytes;
+        buf_.resize(payload_at_ + compressed_bound(records.size()));
+        payload_ = encode_compressed_records(buf_.data() + payload_at_, records, ptrs);
+        return payload_at_ + payload_;
+    }
+
+    /// Writes the header for timestamp `ts` (the previous entry of the ring, or the ring's base
+    /// timestamp, is `prev_ts` < ts) and seals the entry with its CRC for generation `gen`.
+    /// Returns the entry's bytes.
+    std::span<const std::uint8_t> seal(std::uint64_t ts, std::uint64_t prev_ts, std::uint64_t gen) {
+        std::uint8_t* e;
+        std::size_t length, crc_at;
+        if (format_ == entry_format::baseline) {
+            e = buf_.data();
+            length = baseline_header_bytes + payload_;
+            store_u64(e, static_cast<std::uint8_t>(format_) | ts << 8);
+            auto len32 = static_cast<std::uint32_t>(length);
+            std::memcpy(e + 8, &len32, 4);
+            crc_at = 12;
+        } else {
+            std::uint8_t hdr[max_compressed_header_bytes + codec::put_varint_writable_bytes];
+            std::size_t h = 0;
+            hdr[h++] = static_cast<std::uint8_t>(format_);
+            h += codec::put_varint(hdr + h, payload_);
+            h += codec::put_varint(hdr + h, ts - prev_ts);
+            crc_at = h;
+            h += 4;
+            e = buf_.data() + payload_at_ - h;
+            std::memcpy(e, hdr, crc_at);
+            length = h + payload_;
+        }
+        std::uint32_t crc = entry_crc(e, length, crc_at, gen, ts);
+        std::memcpy(e + crc_at, &crc, 4);
+        return {e, length};
+    }
+
+private:
+    entry_format format_ = entry_format::baseline;
+    std::size_t payload_at_ = 0, payload_ = 0;
+    std::vector<std::uint8_t> buf_;
+};
 
 /// A validated entry inside a ring.
 struct entry_view {
     std::uint64_t ts = 0;
     entry_format format{};
-    std::uint32_t length = 0;
+    std::size_t length = 0; ///< bytes of the whole entry
     const std::uint8_t* payload = nullptr;
     std::size_t payload_size = 0;
 };
 
-/// Validates the entry at `e` with at most `avail` readable bytes for generation `gen`: length
-/// in bounds, known format, CRC. Reads nothing past `e + avail`.
+/// Validates the entry at `e` with at most `avail` readable bytes for generation `gen`, where
+/// the ring's previous entry (or base) has timestamp `prev_ts`: known format, lengths in
+/// bounds, timestamp increasing, CRC. Reads nothing past `e + avail`.
 inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t gen,
-                        entry_view& out) noexcept {
-    if (avail < entry_header_bytes)
+                        std::uint64_t prev_ts, entry_view& out) noexcept {
+    if (avail < 1)
         return false;
-    std::uint64_t w0 = load_u64(e);
-    std::uint32_t length, crc;
-    std::memcpy(&length, e + 8, 4);
-    std::memcpy(&crc, e + 12, 4);
-    if (length < entry_header_bytes || length > avail)
+    std::size_t crc_at, length, payload_at;
+    std::uint64_t ts;
+    if (e[0] == static_cast<std::uint8_t>(entry_format::baseline)) {
+        if (avail < baseline_header_bytes)
+            return false;
+        ts = load_u64(e) >> 8;
+        std::uint32_t len32;
+        std::memcpy(&len32, e + 8, 4);
+        length = len32;
+        crc_at = 12;
+        payload_at = baseline_header_bytes;
+        if (length < baseline_header_bytes || length > avail ||
+            (length - baseline_header_bytes) % 24 != 0)
+            return false;
+    } else if (e[0] == static_cast<std::uint8_t>(entry_format::compressed)) {
+        const std::uint8_t* end = e + avail;
+        const std::uint8_t* p = e + 1;
+        std::uint64_t payload, delta;
+        std::size_t k = codec::get_varint(p, end, payload);
+        if (k == 0)
+            return false;
+        p += k;
+        if ((k = codec::get_varint(p, end, delta)) == 0)
+            return false;
+        p += k;
+        crc_at = static_cast<std::size_t>(p - e);
+        payload_at = crc_at + 4;
+        if (delta == 0 || delta > max_timestamp - prev_ts)
+            return false;
+        ts = prev_ts + delta;
+        if (payload_at > avail || payload > avail - payload_at)
+            return false;
+        length = payload_at + payload;
+    } else {
         return false;
-    auto fmt = static_cast<std::uint8_t>(w0 >> 56);
-    if (fmt != static_cast<std::uint8_t>(entry_format::baseline))
+    }
+    if (ts <= prev_ts || ts > max_timestamp)
         return false;
-    if (entry_crc(e, length, gen) != crc)
+    std::uint32_t crc;
+    std::memcpy(&crc, e + crc_at, 4);
+    if (entry_crc(e, length, crc_at, gen, ts) != crc)
         return false;
-    out.ts = w0 & max_timestamp;
-    out.format = static_cast<entry_format>(fmt);
+    out.ts = ts;
+    out.format = static_cast<entry_format>(e[0]);
     out.length = length;
-    out.payload = e + entry_header_bytes;
-    out.payload_size = length - entry_header_bytes;
+    out.payload = e + payload_at;
+    out.payload_size = length - payload_at;
     return true;
 }
 
-/// Calls f(log_record) for every record of a validated entry. Returns false if the payload is
-/// malformed (then f may have seen a prefix of the records).
-template <class F> bool decode_records(const entry_view& e, F&& f) {
+/// Calls f(log_record) for every record of a validated entry; `pool_base` decodes pool
+/// pointers. Returns false if the payload is malformed (f may then have seen a prefix).
+template <class F> bool decode_records(const entry_view& e, std::uint64_t pool_base, F&& f) {
     switch (e.format) {
-    case entry_format::baseline: {
+    case entry_format::baseline:
         if (e.payload_size % 24 != 0)
             return false;
         for (std::size_t i = 0; i < e.payload_size; i += 24) {
@@ -155,12 +399,14 @@ template <class F> bool decode_records(const entry_view& e, F&& f) {
             f(log_record{load_u64(p), load_u64(p + 8), load_u64(p + 16)});
         }
         return true;
-    }
+    case entry_format::compressed:
+        return decode_compressed_records(e.payload, e.payload + e.payload_size, pool_base, f);
     }
     return false;
 }
 
-/// A thread slot's log ring inside the mapped pool: a generation word, then the entry area.
+/// A thread slot's log ring inside the mapped pool: a header line {generation, base timestamp},
+/// then the entry area.
 struct log_ring {
     std::uint8_t* base = nullptr; ///< start of the ring (its header line)
     std::size_t size = 0;         ///< ring bytes, header included
@@ -168,8 +414,15 @@ struct log_ring {
     std::uint64_t* generation_word() const noexcept {
         return reinterpret_cast<std::uint64_t*>(base);
     }
+    /// Timestamp below the first entry of the generation (the compressed format codes deltas).
+    std::uint64_t* base_ts_word() const noexcept {
+        return reinterpret_cast<std::uint64_t*>(base) + 1;
+    }
     std::uint64_t generation() const noexcept {
         return __atomic_load_n(generation_word(), __ATOMIC_ACQUIRE);
+    }
+    std::uint64_t base_ts() const noexcept {
+        return __atomic_load_n(base_ts_word(), __ATOMIC_ACQUIRE);
     }
     std::uint8_t* data() const noexcept { return base + ring_header_bytes; }
     std::size_t capacity() const noexcept { return size - ring_header_bytes; }
@@ -179,11 +432,15 @@ struct log_ring {
     /// does not validate. Returns the offset where the walk stopped.
     template <class F> std::size_t for_each_entry(F&& f) const {
         std::uint64_t gen = generation();
+        std::uint64_t prev = base_ts();
+        if (prev > max_timestamp)
+            return 0;
         std::size_t off = 0;
         entry_view e;
-        while (off < capacity() && parse_entry(data() + off, capacity() - off, gen, e)) {
+        while (off < capacity() && parse_entry(data() + off, capacity() - off, gen, prev, e)) {
             f(e, off);
-            off += round_up(e.length, 8);
+            off += e.length;
+            prev = e.ts;
         }
         return off;
     }

@@ -70,12 +70,13 @@ inline recovery_report run_recovery(pool_state& st) {
                                    "': two log entries carry "
                                    "timestamp " +
                                    std::to_string(p.ts));
-        bool ok = decode_records(p.entry, [&](const log_record& r) {
-            if (!st.replayable(r.offset) || r.mask == 0)
-                throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
-                                       ": record address offset " + std::to_string(r.offset) +
-                                       " lies outside the pool's heap and metadata");
-        });
+        bool ok = decode_records(
+            p.entry, reinterpret_cast<std::uint64_t>(st.base), [&](const log_record& r) {
+                if (!st.replayable(r.offset) || r.mask == 0)
+                    throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
+                                           ": record address offset " + std::to_string(r.offset) +
+                                           " lies outside the pool's heap and metadata");
+            });
         if (!ok)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": malformed records");
@@ -85,7 +86,7 @@ inline recovery_report run_recovery(pool_state& st) {
     std::vector<std::uint64_t>
         lines; // flushed after all stores: a flush covers earlier stores only
     for (const pending& p : todo) {
-        decode_records(p.entry, [&](const log_record& r) {
+        decode_records(p.entry, reinterpret_cast<std::uint64_t>(st.base), [&](const log_record& r) {
             std::uint64_t* w = st.word_at(r.offset);
             std::uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
             __atomic_store_n(w, (old & ~r.mask) | (r.value & r.mask), __ATOMIC_RELAXED);

@@ -87,19 +87,20 @@ inline void commit(thread_slot& s) {
     }
     s.writes.sort_for_commit();
     const auto& recs = s.writes.entries();
-    std::uint32_t length = encode_baseline(s.entry_buf, recs);
-    std::size_t padded = round_up(length, 8);
-    if (padded > s.ring.capacity())
-        throw log_overflow(padded, s.ring.capacity());
-    st.reserve_ring(s, padded);
+    bool compress = st.mode == log_mode::cblo || st.mode == log_mode::tlptm;
+    std::size_t bound = s.entry.encode(compress ? entry_format::compressed : entry_format::baseline,
+                                       recs, st.pointers());
+    if (bound > s.ring.capacity())
+        throw log_overflow(bound, s.ring.capacity());
+    st.reserve_ring(s, bound);
     std::uint64_t ts = ++st.clock;
-    seal_entry(s.entry_buf.data(), length, ts, entry_format::baseline, s.gen);
+    std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
 
     // Step 3: the entry goes out with non-temporal stores.
-    st.persist.stream(s.pctx, s.ring.data() + s.head, s.entry_buf.data(), padded);
-    s.head += padded;
+    st.persist.stream(s.pctx, s.ring.data() + s.head, entry.data(), entry.size());
+    s.head += entry.size();
     s.last_ts = ts;
-    thread_counters::add(c.log_bytes, length);
+    thread_counters::add(c.log_bytes, entry.size());
     // Step 4, F1: the entry is durable; the transaction is committed.
     st.persist.fence(s.pctx);
 

@@ -62,7 +62,7 @@ struct thread_slot {
     // Transaction descriptor.
     unsigned depth = 0; ///< nesting depth of tlptm::atomic calls (flattened)
     write_set writes;
-    std::vector<std::uint8_t> entry_buf;
+    entry_builder entry;
 };
 
 /// Everything an open pool shares between threads. Created by create_state / open_state, owned
@@ -127,6 +127,11 @@ struct pool_state {
         return reinterpret_cast<std::uint64_t*>(base + offset);
     }
 
+    /// The range of in-pool pointer values (the compressed log codes them as offsets).
+    pointer_range pointers() const noexcept {
+        return {reinterpret_cast<std::uint64_t>(base), size};
+    }
+
     std::uint64_t persisted_checkpoint() const noexcept {
         return __atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE);
     }
@@ -176,36 +181,40 @@ struct pool_state {
         s.in_use = false;
     }
 
-    /// First use of a slot in this opening: start a new ring generation. Every entry of the
-    /// ring has ts <= the persisted CT (recovery made it so), so the old entries may be
-    /// discarded; the new generation makes them fail validation.
-    void attach(thread_slot& s) {
+    /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
+    /// generation must already be covered by the persisted CT: the new generation makes them
+    /// fail validation. The header line goes to persistent memory with the next fence (the
+    /// caller's, or F1 of the first entry of the generation), so that no entry sealed with the
+    /// new generation is durable without it; base_ts is stored before the generation in the
+    /// same line, so a durable generation implies a durable base_ts.
+    void new_generation(thread_slot& s) {
         s.gen = s.ring.generation() + 1;
-        persist.persist_word(s.pctx, s.ring.generation_word(), s.gen);
+        s.last_ts = clock;
+        __atomic_store_n(s.ring.base_ts_word(), s.last_ts, __ATOMIC_RELEASE);
+        __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
+        persist.stored(s.ring.base, 16);
+        persist.flush(s.pctx, s.ring.base, 16);
         s.head = 0;
-        s.attached = true;
     }
 
-    /// Makes room for a padded entry of `n` bytes in the slot's ring, wrapping to the start
+    /// Makes room for an entry of up to `n` bytes in the slot's ring, wrapping to the start
     /// when the rest of the ring is too short. Call with tx_mutex held.
     void reserve_ring(thread_slot& s, std::size_t n) {
-        if (!s.attached)
-            attach(s);
+        if (!s.attached) {
+            // First use in this opening: recovery left every entry of the ring <= CT.
+            new_generation(s);
+            s.attached = true;
+            return;
+        }
         if (s.head + n <= s.ring.capacity())
             return;
         // I2: the ring space of an entry may be reused only once the persisted CT covers it.
-        // Every entry of this ring is applied (ts <= applied_ts); make that durable first, and
-        // only then switch generation, which hides the old entries from recovery.
+        // Every entry of this ring is applied (ts <= applied_ts); make that durable first (this
+        // fence orders CT before the generation switch that hides the old entries).
         checkpoint(s.pctx);
         if (persisted_checkpoint() < s.last_ts)
             throw error("tlptm: internal error: ring wrap before its entries are applied");
-        s.gen += 1;
-        __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
-        persist.stored(s.ring.generation_word(), 8);
-        // Durable with the next fence (F1 of the entry that follows): an entry sealed with the
-        // new generation is never durable without the generation word.
-        persist.flush(s.pctx, s.ring.generation_word(), 8);
-        s.head = 0;
+        new_generation(s);
     }
 };
 

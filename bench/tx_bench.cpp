@@ -1,0 +1,134 @@
+// Micro-benchmarks of transactions: empty, 1-word and 10-word updates, read-only, and a 4-level
+// pointer chase. Each reports, per transaction, the fences, flushed lines and log bytes that
+// pool::stats() counted, next to the time.
+//
+// The pool lives in /dev/shm (or $TLPTM_BENCH_DIR) with persistent-memory emulation on (CPU
+// flushes, no msync); TLPTM_EMULATE_WRITE_NS adds the emulated write latency per line.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include <tlptm/tlptm.hpp>
+
+namespace {
+
+struct chase_node {
+    tlptm::p<chase_node*> next;
+    tlptm::p<std::uint64_t> value;
+};
+
+struct bench_root {
+    tlptm::p<std::uint64_t> words[64];
+    chase_node chain[4];
+};
+
+std::string bench_path() {
+    const char* d = std::getenv("TLPTM_BENCH_DIR");
+    std::filesystem::path dir = d && *d ? d : "/dev/shm";
+    if (!std::filesystem::is_directory(dir))
+        dir = std::filesystem::temp_directory_path();
+    return (dir / ("tlptm-bench-" + std::to_string(::getpid()) + ".pool")).string();
+}
+
+/// One pool per benchmark run, in the log mode given by the benchmark's first argument.
+struct bench_pool {
+    explicit bench_pool(tlptm::log_mode mode) : path(bench_path()) {
+        std::filesystem::remove(path);
+        tlptm::pool_options o;
+        o.size = std::size_t{64} << 20;
+        o.max_threads = 4;
+        o.mode = mode;
+        o.durability = tlptm::durability::emulate_pmem;
+        pool = tlptm::pool::create(path, o);
+        root = pool.root<bench_root>();
+        tlptm::atomic(pool, [&] {
+            for (int i = 0; i < 4; ++i) {
+                root->chain[i].next = i < 3 ? &root->chain[i + 1] : nullptr;
+                root->chain[i].value = static_cast<std::uint64_t>(i + 1);
+            }
+        });
+    }
+    ~bench_pool() {
+        pool.close();
+        std::filesystem::remove(path);
+    }
+    std::string path;
+    tlptm::pool pool;
+    bench_root* root = nullptr;
+};
+
+void report(benchmark::State& state, const tlptm::stats& d) {
+    auto n = static_cast<double>(state.iterations());
+    state.counters["fences/tx"] = static_cast<double>(d.fences) / n;
+    state.counters["lines/tx"] = static_cast<double>(d.flushed_lines) / n;
+    state.counters["logB/tx"] = static_cast<double>(d.log_bytes) / n;
+    state.counters["pmB/tx"] = static_cast<double>(d.pm_bytes_written()) / n;
+    state.SetLabel(tlptm::to_string(static_cast<tlptm::log_mode>(state.range(0))));
+}
+
+template <int Words> void bm_update(benchmark::State& state) {
+    bench_pool b(static_cast<tlptm::log_mode>(state.range(0)));
+    tlptm::atomic(b.pool, [&] { b.root->words[0] = 1; }); // warm the ring
+    auto s0 = b.pool.stats();
+    std::uint64_t v = 0;
+    for (auto _ : state) {
+        ++v;
+        tlptm::atomic(b.pool, [&] {
+            for (int i = 0; i < Words; ++i)
+                b.root->words[i * 3] = v + static_cast<std::uint64_t>(i);
+        });
+    }
+    report(state, b.pool.stats() - s0);
+}
+
+void bm_empty_update(benchmark::State& state) {
+    bench_pool b(static_cast<tlptm::log_mode>(state.range(0)));
+    auto s0 = b.pool.stats();
+    for (auto _ : state)
+        tlptm::atomic(b.pool, [] {});
+    report(state, b.pool.stats() - s0);
+}
+
+void bm_read_only(benchmark::State& state) {
+    bench_pool b(static_cast<tlptm::log_mode>(state.range(0)));
+    auto s0 = b.pool.stats();
+    for (auto _ : state) {
+        std::uint64_t x = tlptm::atomic(b.pool, [&] { return b.root->words[5].get(); });
+        benchmark::DoNotOptimize(x);
+    }
+    report(state, b.pool.stats() - s0);
+}
+
+void bm_pointer_chase(benchmark::State& state) {
+    bench_pool b(static_cast<tlptm::log_mode>(state.range(0)));
+    auto s0 = b.pool.stats();
+    for (auto _ : state) {
+        std::uint64_t sum = tlptm::atomic(b.pool, [&] {
+            std::uint64_t t = 0;
+            for (chase_node* n = &b.root->chain[0]; n != nullptr; n = n->next)
+                t += n->value;
+            return t;
+        });
+        benchmark::DoNotOptimize(sum);
+    }
+    report(state, b.pool.stats() - s0);
+}
+
+void modes(benchmark::internal::Benchmark* b) {
+    for (auto m : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm})
+        b->Arg(static_cast<int>(m));
+}
+
+} // namespace
+
+BENCHMARK(bm_empty_update)->Apply(modes);
+BENCHMARK(bm_update<1>)->Apply(modes);
+BENCHMARK(bm_update<10>)->Apply(modes);
+BENCHMARK(bm_read_only)->Apply(modes);
+BENCHMARK(bm_pointer_chase)->Apply(modes);
+
+BENCHMARK_MAIN();

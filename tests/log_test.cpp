@@ -1,0 +1,267 @@
+// Log entries: both formats round-trip any write-set, reject torn, truncated and stale bytes;
+// the write-set merges stores.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+#include <tlptm/detail/write_set.hpp>
+#include <tlptm/log.hpp>
+
+using tlptm::detail::entry_builder;
+using tlptm::detail::entry_format;
+using tlptm::detail::entry_view;
+using tlptm::detail::log_record;
+using tlptm::detail::pointer_range;
+
+namespace {
+
+constexpr std::uint64_t pool_base = std::uint64_t{0x1234} << 32;
+constexpr std::uint64_t pool_size = std::uint64_t{1} << 30;
+constexpr pointer_range ptrs{pool_base, pool_size};
+
+std::vector<log_record> decode(const entry_view& e) {
+    std::vector<log_record> out;
+    bool ok =
+        tlptm::detail::decode_records(e, pool_base, [&](const log_record& r) { out.push_back(r); });
+    REQUIRE(ok);
+    return out;
+}
+
+/// Seals `recs` in `fmt`, parses the bytes back and checks every record survived.
+std::vector<std::uint8_t> round_trip(entry_format fmt, const std::vector<log_record>& recs,
+                                     std::uint64_t ts = 1000, std::uint64_t prev = 990,
+                                     std::uint64_t gen = 7) {
+    entry_builder b;
+    std::size_t bound = b.encode(fmt, recs, ptrs);
+    auto bytes = b.seal(ts, prev, gen);
+    REQUIRE(bytes.size() <= bound);
+    std::vector<std::uint8_t> copy(bytes.begin(), bytes.end());
+    entry_view e;
+    REQUIRE(tlptm::detail::parse_entry(copy.data(), copy.size(), gen, prev, e));
+    CHECK(e.ts == ts);
+    CHECK(e.length == copy.size());
+    auto got = decode(e);
+    REQUIRE(got.size() == recs.size());
+    for (std::size_t i = 0; i < recs.size(); ++i) {
+        CHECK(got[i].offset == recs[i].offset);
+        CHECK(got[i].mask == recs[i].mask);
+        CHECK((got[i].value & got[i].mask) == (recs[i].value & recs[i].mask));
+    }
+    return copy;
+}
+
+std::vector<log_record> random_write_set(std::mt19937_64& rng) {
+    std::map<std::uint64_t, log_record> words;
+    std::size_t n = rng() % 40 + 1;
+    std::uint64_t at = (rng() % (pool_size / 8)) * 8;
+    for (std::size_t i = 0; i < n; ++i) {
+        switch (rng() % 4) { // address pattern: adjacent, near, far, either end of the pool
+        case 0:
+            at += 8;
+            break;
+        case 1:
+            at += 8 * (rng() % 64 + 1);
+            break;
+        case 2:
+            at = (rng() % (pool_size / 8)) * 8;
+            break;
+        default:
+            at = rng() % 2 ? 0 : pool_size - 8;
+            break;
+        }
+        at %= pool_size;
+        std::uint64_t value;
+        switch (rng() % 5) { // value distribution: small, negative, pointer, random, boundary
+        case 0:
+            value = rng() % 200;
+            break;
+        case 1:
+            value = static_cast<std::uint64_t>(-static_cast<std::int64_t>(rng() % 1000));
+            break;
+        case 2:
+            value = pool_base + (rng() % pool_size);
+            break;
+        case 3:
+            value = rng();
+            break;
+        default: {
+            const std::uint64_t b[] = {0,
+                                       ~std::uint64_t{0},
+                                       static_cast<std::uint64_t>(INT64_MIN),
+                                       static_cast<std::uint64_t>(INT64_MAX),
+                                       pool_base,
+                                       pool_base + pool_size,
+                                       pool_base - 1};
+            value = b[rng() % 7];
+        }
+        }
+        std::uint64_t mask = ~std::uint64_t{0};
+        if (rng() % 4 == 0) {
+            std::uint8_t be = static_cast<std::uint8_t>(rng() % 254 + 1);
+            mask = tlptm::detail::mask_of(be);
+        }
+        words[at] = log_record{at, value & mask, mask};
+    }
+    std::vector<log_record> out;
+    for (auto& [off, r] : words)
+        out.push_back(r);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("both entry formats round-trip random write-sets") {
+    std::mt19937_64 rng(42);
+    for (int i = 0; i < 3000; ++i) {
+        auto recs = random_write_set(rng);
+        round_trip(entry_format::baseline, recs);
+        round_trip(entry_format::compressed, recs);
+    }
+}
+
+TEST_CASE("boundary values and offsets at both ends of the pool") {
+    std::vector<log_record> recs;
+    std::uint64_t off = 0;
+    std::vector<std::uint64_t> values = {0, 1, ~std::uint64_t{0},
+                                         static_cast<std::uint64_t>(INT64_MIN),
+                                         static_cast<std::uint64_t>(INT64_MAX)};
+    for (int k = 0; k < 64; ++k) {
+        values.push_back(std::uint64_t{1} << k);
+        values.push_back((std::uint64_t{1} << k) - 1);
+        values.push_back((std::uint64_t{1} << k) + 1);
+        values.push_back(static_cast<std::uint64_t>(-(std::int64_t{1} << (k % 63))));
+    }
+    for (std::uint64_t v : values) {
+        recs.push_back({off, v, ~std::uint64_t{0}});
+        off += 16; // not adjacent: one record per value
+    }
+    recs.push_back({pool_size - 8, 5, ~std::uint64_t{0}});
+    round_trip(entry_format::baseline, recs);
+    round_trip(entry_format::compressed, recs);
+    // The same values as one run of adjacent words.
+    for (std::size_t i = 0; i < recs.size(); ++i)
+        recs[i].offset = 8 * i;
+    round_trip(entry_format::compressed, recs);
+    // A timestamp delta at the top of the range.
+    round_trip(entry_format::compressed, recs, tlptm::detail::max_timestamp, 0);
+}
+
+TEST_CASE("compression: small values, runs, full masks and pointers are cheap") {
+    std::vector<log_record> recs;
+    for (std::uint64_t i = 0; i < 8; ++i)
+        recs.push_back({4096 + 8 * i, i, ~std::uint64_t{0}});
+    auto c = round_trip(entry_format::compressed, recs);
+    auto b = round_trip(entry_format::baseline, recs);
+    CHECK(b.size() == 16 + 8 * 24);
+    // header (1 + 1 + 1 + 4) + H (2 bytes: gap 512 words) + count (1) + 8 one-byte values.
+    CHECK(c.size() == 7 + 2 + 1 + 8);
+    // An in-pool pointer costs its offset, not 8 bytes.
+    std::vector<log_record> p = {{64, pool_base + 4096, ~std::uint64_t{0}}};
+    auto cp = round_trip(entry_format::compressed, p);
+    CHECK(cp.size() == 7 + 1 + 2);
+    // A one-byte store: H, the byte-enable byte, one value byte.
+    std::vector<log_record> sub = {{64, std::uint64_t{0x7F} << 16, std::uint64_t{0xFF} << 16}};
+    auto cs = round_trip(entry_format::compressed, sub);
+    CHECK(cs.size() == 7 + 1 + 1 + 1);
+}
+
+TEST_CASE("a torn, truncated, stale or foreign entry never validates") {
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 300; ++i) {
+        auto recs = random_write_set(rng);
+        for (auto fmt : {entry_format::baseline, entry_format::compressed}) {
+            auto bytes = round_trip(fmt, recs, 500, 499, 3);
+            entry_view e;
+            // Any single changed byte (a torn 8-byte unit changes at least one) is caught.
+            std::size_t at = rng() % bytes.size();
+            auto torn = bytes;
+            torn[at] ^= static_cast<std::uint8_t>(rng() % 255 + 1);
+            CHECK_FALSE(tlptm::detail::parse_entry(torn.data(), torn.size(), 3, 499, e));
+            // Truncated: the entry claims more bytes than there are.
+            CHECK_FALSE(tlptm::detail::parse_entry(bytes.data(), bytes.size() - 1, 3, 499, e));
+            // Another ring generation (a stale entry of an earlier lap of the ring).
+            CHECK_FALSE(tlptm::detail::parse_entry(bytes.data(), bytes.size(), 4, 499, e));
+            // A timestamp that does not increase.
+            CHECK_FALSE(tlptm::detail::parse_entry(bytes.data(), bytes.size(), 3, 500, e));
+        }
+    }
+    std::vector<std::uint8_t> zeros(64, 0);
+    entry_view e;
+    CHECK_FALSE(tlptm::detail::parse_entry(zeros.data(), zeros.size(), 0, 0, e));
+}
+
+TEST_CASE("malformed compressed records are rejected, never read out of bounds") {
+    std::mt19937_64 rng(99);
+    std::size_t rejected = 0;
+    for (int i = 0; i < 20000; ++i) {
+        std::vector<std::uint8_t> junk(rng() % 24);
+        for (auto& b : junk)
+            b = static_cast<std::uint8_t>(rng());
+        std::size_t words = 0;
+        bool ok = tlptm::detail::decode_compressed_records(junk.data(), junk.data() + junk.size(),
+                                                           pool_base, [&](const log_record& r) {
+                                                               CHECK(r.offset % 8 == 0);
+                                                               CHECK(r.mask != 0);
+                                                               ++words;
+                                                           });
+        if (!ok)
+            ++rejected;
+        CHECK(words <= junk.size()); // every word costs at least one byte
+    }
+    CHECK(rejected > 0);
+    // Specific cases: partial + run, a zero byte-enable, a count beyond the input.
+    const std::uint8_t partial_run[] = {0x06, 0x00}; // H = 3: run | partial
+    CHECK_FALSE(tlptm::detail::decode_compressed_records(partial_run, partial_run + 2, pool_base,
+                                                         [](const log_record&) {}));
+    const std::uint8_t zero_be[] = {0x04, 0x00, 0x02}; // H = 2 (partial), be = 0
+    CHECK_FALSE(tlptm::detail::decode_compressed_records(zero_be, zero_be + 3, pool_base,
+                                                         [](const log_record&) {}));
+    const std::uint8_t long_run[] = {0x02, 0x7E, 0x00}; // H = 1 (run), count - 2 = 63
+    CHECK_FALSE(tlptm::detail::decode_compressed_records(long_run, long_run + 3, pool_base,
+                                                         [](const log_record&) {}));
+}
+
+TEST_CASE("write_set merges masked stores and finds words past the linear limit") {
+    tlptm::detail::write_set ws;
+    ws.put(8, 0x00000000000000AAull, 0x00000000000000FFull);
+    ws.put(8, 0x0000000000BB0000ull, 0x0000000000FF0000ull);
+    ws.put(8, 0x00000000000000CCull, 0x00000000000000FFull);
+    REQUIRE(ws.size() == 1);
+    const auto* e = ws.find(8);
+    REQUIRE(e != nullptr);
+    CHECK(e->value == 0x0000000000BB00CCull);
+    CHECK(e->mask == 0x0000000000FF00FFull);
+    CHECK(ws.find(16) == nullptr);
+    for (std::uint64_t i = 0; i < 1000; ++i)
+        ws.put(1024 + 8 * i, i, ~std::uint64_t{0});
+    for (std::uint64_t i = 0; i < 1000; ++i) {
+        const auto* f = ws.find(1024 + 8 * i);
+        REQUIRE(f != nullptr);
+        CHECK(f->value == i);
+    }
+    CHECK(ws.find(1024 + 8 * 1000) == nullptr);
+    ws.sort_for_commit();
+    CHECK(std::is_sorted(
+        ws.entries().begin(), ws.entries().end(),
+        [](const log_record& a, const log_record& b) { return a.offset < b.offset; }));
+    ws.clear();
+    CHECK(ws.empty());
+    CHECK(ws.find(8) == nullptr);
+}
+
+TEST_CASE("the worked example of docs/log-format.md") {
+    std::vector<log_record> recs;
+    for (std::uint64_t i = 0; i < 8; ++i)
+        recs.push_back({4096 + 8 * i, i, ~std::uint64_t{0}});
+    entry_builder b;
+    b.encode(entry_format::compressed, recs, pointer_range{});
+    auto bytes = b.seal(1000, 990, 7);
+    const std::vector<std::uint8_t> want = {0x02, 0x16, 0x14, 0x72, 0xcc, 0x33, 0x4e, 0x05, 0x40,
+                                            0x0c, 0x00, 0x04, 0x08, 0x0c, 0x10, 0x14, 0x18, 0x1c};
+    CHECK(std::vector<std::uint8_t>(bytes.begin(), bytes.end()) == want);
+}
