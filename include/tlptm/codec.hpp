@@ -3,8 +3,7 @@
 // CBLO shrinks the 64-bit words of a redo-log record (pool offset, value, mask) before they
 // reach persistent memory: a signed word is first mapped by zigzag to an unsigned one with
 // many leading zero bits, and an unsigned word is then stored as a *prefix varint* of 1 to 9
-// bytes. This header is the whole codec; it has no state and no dependencies beyond <bit>
-// and <cstring>.
+// bytes. This header is the whole codec; it has no state and needs only standard headers.
 //
 // Byte format of a prefix varint (the "PrefixVarint" layout)
 // ----------------------------------------------------------
@@ -63,10 +62,11 @@ inline constexpr std::size_t max_varint_bytes = 9;
 
 /// Writable bytes put_varint needs at dst, whatever the value.
 ///
-/// put_varint stores 8 bytes for lengths 1..8 and 9 bytes for length 9, so it may write
-/// past the end of the encoding (with unspecified bytes) but never more than 9 bytes from
-/// dst. Consequence for a buffer that receives k varints back to back: k * max_varint_bytes
-/// bytes are always enough, because every encoding is at most max_varint_bytes long.
+/// put_varint stores 1 byte for length 1, 8 bytes for lengths 2..8 and 9 bytes for length 9,
+/// so it may write past the end of the encoding (with unspecified bytes) but never more than
+/// 9 bytes from dst. Consequence for a buffer that receives k varints back to back: k *
+/// max_varint_bytes bytes are always enough, because every encoding is at most max_varint_bytes
+/// long.
 inline constexpr std::size_t put_varint_writable_bytes = 9;
 
 /// Maps a signed integer to an unsigned one so that small magnitudes get small codes.
@@ -100,11 +100,17 @@ constexpr std::size_t varint_size(std::uint64_t v) noexcept {
 
 /// Encodes v as a prefix varint at dst and returns its length (1..9) — the fast encoder.
 ///
-/// dst must have put_varint_writable_bytes (9) writable bytes: the encoding goes out with
-/// one unaligned 8-byte store (plus one byte for length 9), so bytes after the returned
-/// length may be overwritten with unspecified values. No alignment is needed. Thread-safe
-/// (no shared state).
+/// dst must have put_varint_writable_bytes (9) writable bytes: lengths 2..8 go out with one
+/// unaligned 8-byte store, length 9 with a byte and an 8-byte store, length 1 with a byte,
+/// so bytes after the returned length may be overwritten with unspecified values. No
+/// alignment is needed. Thread-safe (no shared state).
 inline std::size_t put_varint(std::uint8_t* dst, std::uint64_t v) noexcept {
+    if (v < 128) [[likely]] {
+        // Length 1, the most common field of a CBLO record (a full-word mask of -1 is
+        // zigzag 1): one byte store, and a branch that predicts well in a record stream.
+        dst[0] = static_cast<std::uint8_t>(v << 1);
+        return 1;
+    }
     const std::size_t n = varint_size(v);
     if (n < max_varint_bytes) [[likely]] {
         // v < 2^(7n) <= 2^56, so v << n loses nothing; the low n bits are n - 1 ones and a

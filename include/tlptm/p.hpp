@@ -18,7 +18,8 @@ namespace tlptm {
 /// transaction see the transaction's own stores. Any trivially copyable T, of any size and
 /// alignment (sub-word, multi-word, packed fields). Same size and layout as T.
 ///
-/// Reads outside a transaction read the pool directly (meant for single-threaded inspection).
+/// Reads outside a transaction read the pool directly, word by word (no snapshot across words:
+/// use a transaction to read a multi-word value that other threads may be writing).
 /// Stores outside a transaction throw tx_scope_error.
 template <class T> class p {
     static_assert(std::is_trivially_copyable_v<T>,
@@ -48,7 +49,7 @@ public:
         if (detail::thread_slot* s = detail::current_tx)
             detail::tx_read(*s, buf.data(), &v_, sizeof(T));
         else
-            std::memcpy(buf.data(), &v_, sizeof(T));
+            detail::plain_read(buf.data(), &v_, sizeof(T));
         return std::bit_cast<T>(buf);
     }
     operator T() const { return get(); }

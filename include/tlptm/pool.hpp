@@ -21,7 +21,8 @@ namespace tlptm {
 /// An open pool. Move-only; closing (explicitly or by the destructor) waits for running
 /// transactions, persists the checkpoint and unmaps the file. Pointers into the pool stay
 /// meaningful across runs because the pool is always mapped at the base address recorded in
-/// its header. Thread-safe: any number of threads may run transactions on one pool object.
+/// its header. Thread-safe: any number of threads (up to max_threads at once) may run
+/// transactions on one pool object.
 class pool {
 public:
     /// Creates a new pool file at `path` (it must not exist) and opens it.
@@ -84,10 +85,9 @@ public:
             return;
         if (detail::current_tx && detail::current_tx->pool == state_.get())
             throw tx_scope_error("tlptm: pool::close() called inside a transaction on the pool");
-        {
-            std::lock_guard lk(state_->tx_mutex);
-            state_->checkpoint(state_->admin_ctx);
-        }
+        state_->lock_exclusive(); // waits for running transactions
+        state_->checkpoint(state_->admin_ctx);
+        state_->unlock_exclusive();
         detail::this_thread_registry.forget(state_->id);
         state_.reset();
     }
@@ -103,9 +103,7 @@ public:
                       "a restart");
         static_assert(sizeof(T) < (std::uint64_t{1} << 32), "root types are limited to 4 GiB");
         detail::pool_state& st = state();
-        std::unique_lock<std::mutex> lk(st.tx_mutex, std::defer_lock);
-        if (!(detail::current_tx && detail::current_tx->pool == &st))
-            lk.lock();
+        std::lock_guard lk(st.root_mutex);
         std::uint64_t want = (std::uint64_t{detail::type_tag<T>()} << 32) | sizeof(T);
         std::uint64_t have = __atomic_load_n(&st.header->root_info, __ATOMIC_ACQUIRE);
         if (have == 0) {
@@ -135,9 +133,15 @@ public:
         detail::pool_state& st = state();
         if (detail::current_tx)
             throw tx_scope_error("tlptm: pool::recover() called inside a transaction");
-        std::lock_guard lk(st.tx_mutex);
-        st.checkpoint(st.admin_ctx);
-        last_recovery_ = detail::run_recovery(st);
+        st.lock_exclusive();
+        try {
+            st.checkpoint(st.admin_ctx);
+            last_recovery_ = detail::run_recovery(st);
+        } catch (...) {
+            st.unlock_exclusive();
+            throw;
+        }
+        st.unlock_exclusive();
         return last_recovery_;
     }
 

@@ -27,7 +27,8 @@ struct recovery_report {
 
 namespace detail {
 
-/// Recovery proper (I2, I5). Must run with no transaction in flight. Collects the valid
+/// Recovery proper (I2, I5). Must run with no transaction in flight (at open, or inside an
+/// exclusive section). Collects the valid
 /// entries of every ring, validates every record of those to replay before writing anything
 /// (an address outside the heap or metadata area throws corruption_error and leaves the pool
 /// untouched), replays them in timestamp order, makes the data durable, then advances the
@@ -107,8 +108,8 @@ inline recovery_report run_recovery(pool_state& st) {
     }
     rep.checkpoint_after = st.persisted_checkpoint();
     // Every valid entry now has ts <= CT; new timestamps start above.
-    st.clock = std::max(st.clock, rep.checkpoint_after);
-    st.applied_ts = st.clock;
+    if (st.clock.load() < rep.checkpoint_after)
+        st.clock.store(rep.checkpoint_after);
     rep.duration = std::chrono::steady_clock::now() - t0;
     return rep;
 }

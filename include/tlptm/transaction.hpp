@@ -8,11 +8,12 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
+#include <span>
 #include <type_traits>
 #include <vector>
 
 #include <tlptm/detail/pool_state.hpp>
+#include <tlptm/detail/stm.hpp>
 #include <tlptm/errors.hpp>
 #include <tlptm/log.hpp>
 #include <tlptm/pool.hpp>
@@ -26,10 +27,77 @@ inline std::uint64_t byte_mask(std::size_t skip, std::size_t n) noexcept {
     return m << (8 * skip);
 }
 
-/// Reads n bytes at src into dst as the transaction sees them: the pool's words merged with the
-/// transaction's own writes. Memory outside the pool is read directly.
-inline void tx_read(const thread_slot& s, void* dst, const void* src, std::size_t n) {
+/// Aborts the running attempt: it will be retried by tlptm::atomic.
+[[noreturn]] inline void conflict(thread_slot& s) {
+    s.doomed = true;
+    throw tx_retry{};
+}
+
+/// Checks that every orec read is unchanged (or locked by this transaction and unchanged
+/// before it locked it).
+inline bool validate_reads(const thread_slot& s) noexcept {
+    const orec_table& orecs = s.pool->orecs;
+    const std::uint64_t mine = orec_table::make_lock(s.index);
+    for (auto [idx, seen] : s.reads) {
+        std::uint64_t now = orecs[idx].load(std::memory_order_acquire);
+        if (now == seen)
+            continue;
+        if (now != mine)
+            return false;
+        auto it = std::find_if(s.locks.begin(), s.locks.end(),
+                               [idx = idx](const auto& l) { return l.first == idx; });
+        if (it == s.locks.end() || it->second != seen)
+            return false;
+    }
+    return true;
+}
+
+/// Snapshot extension: moves the snapshot to the current clock if every read is still valid.
+inline bool extend_snapshot(thread_slot& s) noexcept {
+    std::uint64_t now = s.pool->clock.load(std::memory_order_acquire);
+    if (!validate_reads(s))
+        return false;
+    s.snapshot = now;
+    return true;
+}
+
+/// Reads the pool word at `offset` consistently with the transaction's snapshot (I6: a
+/// transaction never sees a value newer than its snapshot, nor one being written back).
+inline std::uint64_t read_word(thread_slot& s, std::uint64_t offset) {
+    pool_state& st = *s.pool;
+    const std::uint64_t* word = st.word_at(offset);
+    if (s.serial)
+        return __atomic_load_n(word, __ATOMIC_ACQUIRE); // nobody else runs
+    std::uint32_t idx = orec_table::index(offset);
+    std::atomic<std::uint64_t>& orec = st.orecs[idx];
+    for (unsigned spins = 0;;) {
+        std::uint64_t o1 = orec.load(std::memory_order_acquire);
+        if (orec_table::locked(o1)) { // a commit is writing it back: wait briefly
+            if (++spins > 512)
+                conflict(s);
+            cpu_relax();
+            continue;
+        }
+        std::uint64_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        if (orec.load(std::memory_order_acquire) != o1)
+            continue;
+        if (orec_table::version(o1) > s.snapshot) {
+            if (!extend_snapshot(s))
+                conflict(s);
+            continue;
+        }
+        s.reads.emplace_back(idx, o1);
+        return v;
+    }
+}
+
+/// Reads n bytes at src into dst as the transaction sees them: the pool's words (validated
+/// against the snapshot) merged with the transaction's own writes. Memory outside the pool
+/// is read directly.
+inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
     const pool_state& st = *s.pool;
+    if (s.doomed)
+        conflict(s); // a swallowed retry: keep unwinding
     if (!st.contains(src, n)) {
         std::memcpy(dst, src, n);
         return;
@@ -39,9 +107,39 @@ inline void tx_read(const thread_slot& s, void* dst, const void* src, std::size_
     std::uint64_t w = off & ~std::uint64_t{7};
     std::size_t skip = off - w;
     while (n > 0) {
-        std::uint64_t v = __atomic_load_n(st.word_at(w), __ATOMIC_RELAXED);
-        if (const auto* e = s.writes.find(w))
-            v = (v & ~e->mask) | (e->value & e->mask);
+        std::uint64_t v;
+        const auto* e = s.writes.find(w);
+        if (e && e->mask == ~std::uint64_t{0})
+            v = e->value; // read own write: no need to look at the pool
+        else {
+            v = read_word(s, w);
+            if (e)
+                v = (v & ~e->mask) | (e->value & e->mask);
+        }
+        std::size_t take = std::min<std::size_t>(8 - skip, n);
+        std::memcpy(out, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
+        out += take;
+        n -= take;
+        skip = 0;
+        w += 8;
+    }
+}
+
+/// Reads n bytes of the pool outside any transaction: word by word with atomic loads (no
+/// data race with concurrent commits, but no snapshot across words either).
+inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
+    auto a = reinterpret_cast<std::uintptr_t>(src);
+    if (n == 8 && a % 8 == 0) {
+        std::uint64_t v = __atomic_load_n(static_cast<const std::uint64_t*>(src), __ATOMIC_ACQUIRE);
+        std::memcpy(dst, &v, 8);
+        return;
+    }
+    auto* out = static_cast<std::uint8_t*>(dst);
+    std::uintptr_t w = a & ~std::uintptr_t{7};
+    std::size_t skip = a - w;
+    while (n > 0) {
+        std::uint64_t v =
+            __atomic_load_n(reinterpret_cast<const std::uint64_t*>(w), __ATOMIC_ACQUIRE);
         std::size_t take = std::min<std::size_t>(8 - skip, n);
         std::memcpy(out, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
         out += take;
@@ -57,6 +155,8 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     pool_state& st = *s.pool;
     if (n == 0)
         return;
+    if (s.doomed)
+        conflict(s);
     if (!st.contains(dst, n) || !st.in_heap(st.offset_of(dst), n))
         throw tx_scope_error("tlptm: transactional store to an address outside the heap of "
                              "the transaction's pool");
@@ -76,12 +176,59 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     }
 }
 
-/// Commits the slot's transaction (DESIGN §4). Called with the pool's tx_mutex held.
+/// Starts an attempt: a fresh snapshot and empty sets.
+inline void begin(thread_slot& s) {
+    s.writes.clear();
+    s.reads.clear();
+    s.locks.clear();
+    s.doomed = false;
+    s.snapshot = s.pool->clock.load(std::memory_order_acquire);
+}
+
+/// Releases the orecs locked by a failed commit, restoring their versions.
+inline void release_locks(thread_slot& s) noexcept {
+    for (auto [idx, old] : s.locks)
+        s.pool->orecs[idx].store(old, std::memory_order_release);
+    s.locks.clear();
+}
+
+/// Locks the orecs of every word in the write-set (sorted by offset). Throws tx_retry (after
+/// releasing what it took) if another transaction holds one for too long.
+inline void lock_write_set(thread_slot& s) {
+    orec_table& orecs = s.pool->orecs;
+    const std::uint64_t mine = orec_table::make_lock(s.index);
+    for (const log_record& r : s.writes.entries()) {
+        std::uint32_t idx = orec_table::index(r.offset);
+        std::atomic<std::uint64_t>& orec = orecs[idx];
+        for (unsigned spins = 0;;) {
+            std::uint64_t o = orec.load(std::memory_order_acquire);
+            if (o == mine)
+                break; // two words of the set share an orec
+            if (orec_table::locked(o)) {
+                if (++spins > 512) {
+                    release_locks(s);
+                    conflict(s);
+                }
+                cpu_relax();
+                continue;
+            }
+            if (orec.compare_exchange_weak(o, mine, std::memory_order_acq_rel)) {
+                s.locks.emplace_back(idx, o);
+                break;
+            }
+        }
+    }
+}
+
+/// Commits the slot's transaction (DESIGN §4).
 /// @throw log_overflow the entry does not fit in the ring; nothing was written
+/// @throw tx_retry a conflict: the attempt is rolled back and retried
 inline void commit(thread_slot& s) {
     pool_state& st = *s.pool;
     thread_counters& c = s.pctx.counters;
-    if (s.writes.empty()) { // read-only: no log, no flush, no fence
+    if (s.doomed)
+        conflict(s);
+    if (s.writes.empty()) { // read-only: every read was validated against the snapshot
         thread_counters::add(c.tx_read_only, 1);
         return;
     }
@@ -92,11 +239,23 @@ inline void commit(thread_slot& s) {
                                        recs, st.pointers());
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
+    // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
+    // no timestamp.
     st.reserve_ring(s, bound);
-    std::uint64_t ts = ++st.clock;
-    std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
+
+    // Step 1: lock the write-set, take ts, validate the read-set.
+    lock_write_set(s);
+    s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
+    s.in_flight.store(ts, std::memory_order_release);
+    if (ts != s.snapshot + 1 && !validate_reads(s)) {
+        release_locks(s);
+        s.in_flight.store(0, std::memory_order_release);
+        conflict(s);
+    }
 
     // Step 3: the entry goes out with non-temporal stores.
+    std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
     st.persist.stream(s.pctx, s.ring.data() + s.head, entry.data(), entry.size());
     s.head += entry.size();
     s.last_ts = ts;
@@ -104,14 +263,15 @@ inline void commit(thread_slot& s) {
     // Step 4, F1: the entry is durable; the transaction is committed.
     st.persist.fence(s.pctx);
 
-    // Step 5: write back in place, then flush each line once (after its last store).
+    // Step 5: write back in place, flush each line once after its last store, unlock.
     std::uint64_t data_bytes = 0;
     for (const log_record& r : recs) {
         std::uint64_t* w = st.word_at(r.offset);
         std::uint64_t v = r.mask == ~std::uint64_t{0}
                               ? r.value
                               : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
-        __atomic_store_n(w, v, __ATOMIC_RELAXED);
+        // Release: a reader that sees the new value also sees the orec locked (I6).
+        __atomic_store_n(w, v, __ATOMIC_RELEASE);
         data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
     }
     std::uint64_t line = ~std::uint64_t{0};
@@ -124,9 +284,12 @@ inline void commit(thread_slot& s) {
         st.persist.flush(s.pctx, p, cache_line);
     }
     thread_counters::add(c.data_bytes_written, data_bytes);
-    // Step 6, F2: the entry is applied.
+    for (auto [idx, old] : s.locks)
+        st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
+    s.locks.clear();
+    // Step 6, F2: the entry is applied; CT may pass ts.
     st.persist.fence(s.pctx);
-    st.applied_ts = ts;
+    s.in_flight.store(0, std::memory_order_release);
     thread_counters::add(c.tx_committed, 1);
 }
 
@@ -194,15 +357,24 @@ using atomic_result_t =
 
 } // namespace detail
 
+/// Consecutive aborts after which a transaction runs alone (serial mode): it cannot conflict,
+/// so no transaction starves and the system cannot livelock.
+inline constexpr unsigned serial_after_aborts = 16;
+
 /// Runs `f` as one failure-atomic, isolated transaction on `p` and returns what `f` returns.
 ///
 /// `f` is `[&] { ... }` or `[&](tlptm::tx& tx) { ... }`. After a crash at any instant, either
 /// all of the transaction's stores are in the pool or none is; once `atomic` returns, they are
-/// durable. An exception thrown by `f` aborts the transaction (none of its stores reach the
-/// pool) and propagates. A call inside a running transaction on the same pool joins it
-/// (nesting flattens). Thread-safe; transactions of one pool are serialised in this version.
+/// durable. Transactions of many threads run concurrently; on a conflict `f` is rolled back
+/// and run again (so it must not have side effects outside the pool that cannot be repeated),
+/// and after repeated conflicts it runs alone. `f` never sees an inconsistent snapshot.
+/// An exception thrown by `f` aborts the transaction (none of its stores reach the pool) and
+/// propagates. A call inside a running transaction on the same pool joins it (nesting
+/// flattens). Do not swallow exceptions of unknown type (`catch (...)` without rethrow)
+/// inside `f`: the STM's retry signal is one; it is detected and the attempt retried anyway.
 /// @throw log_overflow the transaction's log entry does not fit in the thread's log ring
 /// @throw tx_scope_error nested call on a different pool, or the pool is closed
+/// @throw tlptm::error more threads than the pool's max_threads run transactions at once
 /// @throw whatever `f` throws
 template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
     using R = detail::atomic_result_t<F>;
@@ -217,28 +389,55 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
     }
     detail::pool_state& st = *stp;
     detail::thread_slot& s = detail::this_thread_registry.slot_for(stp);
-    std::lock_guard lk(st.tx_mutex);
-    detail::current_tx = &s;
-    struct leave {
+    struct attempt_scope { // leaves the attempt however it ends
+        detail::pool_state& st;
         detail::thread_slot& s;
-        ~leave() {
+        attempt_scope(detail::pool_state& st_, detail::thread_slot& s_, bool serial)
+            : st(st_), s(s_) {
+            s.serial = serial;
+            if (serial)
+                st.lock_exclusive();
+            else
+                st.enter(s);
+            detail::current_tx = &s;
+            detail::begin(s);
+        }
+        ~attempt_scope() {
             detail::current_tx = nullptr;
             s.writes.clear();
+            if (s.serial)
+                st.unlock_exclusive();
+            else
+                st.leave(s);
+            s.serial = false;
         }
-    } guard{s};
-    tx t(s);
-    try {
-        if constexpr (std::is_void_v<R>) {
-            detail::invoke_tx(f, t);
-            detail::commit(s);
-        } else {
-            R r = detail::invoke_tx(f, t);
-            detail::commit(s);
-            return r;
+    };
+    for (unsigned aborts = 0;; ++aborts) {
+        {
+            attempt_scope scope(st, s, aborts >= serial_after_aborts);
+            tx t(s);
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    detail::invoke_tx(f, t);
+                    detail::commit(s);
+                    return;
+                } else {
+                    R r = detail::invoke_tx(f, t);
+                    detail::commit(s);
+                    return r;
+                }
+            } catch (const detail::tx_retry&) {
+                // Conflict: roll back (the scope drops the write-set) and retry below.
+            } catch (...) {
+                if (!s.doomed) { // the user's exception: abort and propagate
+                    detail::thread_counters::add(s.pctx.counters.tx_aborted, 1);
+                    throw;
+                }
+                // An exception that followed a swallowed retry signal: retry.
+            }
         }
-    } catch (...) {
         detail::thread_counters::add(s.pctx.counters.tx_aborted, 1);
-        throw;
+        detail::backoff(s.rng, aborts + 1);
     }
 }
 

@@ -19,9 +19,12 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <tlptm/detail/layout.hpp>
+#include <tlptm/detail/stm.hpp>
 #include <tlptm/detail/write_set.hpp>
 #include <tlptm/errors.hpp>
 #include <tlptm/log.hpp>
@@ -59,10 +62,23 @@ struct thread_slot {
 
     persist_ctx pctx;
 
-    // Transaction descriptor.
-    unsigned depth = 0; ///< nesting depth of tlptm::atomic calls (flattened)
+    // Transaction descriptor (owned by the thread that holds the slot).
     write_set writes;
     entry_builder entry;
+    /// Orecs read and the version seen: validated on snapshot extension and at commit.
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> reads;
+    /// Orecs locked at commit and the version they held before.
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> locks;
+    std::uint64_t snapshot = 0; ///< rv: every value read is as of this timestamp
+    bool serial = false;        ///< running alone (after repeated aborts): cannot conflict
+    bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
+    std::uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+    /// Inside a transaction attempt (read by exclusive sections, which wait for it to clear).
+    std::atomic<bool> active{false};
+    /// Between taking a commit timestamp and the end of step 6: a lower bound of that
+    /// timestamp, else 0. CT may not pass it (I2).
+    std::atomic<std::uint64_t> in_flight{0};
 };
 
 /// Everything an open pool shares between threads. Created by create_state / open_state, owned
@@ -81,10 +97,13 @@ struct pool_state {
     std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
     std::uint64_t meta_begin = 0, meta_end = 0;
 
-    /// Serialises update transactions (one at a time) in this version of the library.
-    std::mutex tx_mutex;
-    std::uint64_t clock = 0;      ///< last timestamp handed out (guarded by tx_mutex)
-    std::uint64_t applied_ts = 0; ///< every ts <= applied_ts is applied (guarded by tx_mutex)
+    /// The global version clock: the last commit timestamp handed out.
+    std::atomic<std::uint64_t> clock{0};
+    orec_table orecs;
+    /// Non-zero while a serial transaction or an exclusive section (close, recover) runs.
+    std::atomic<std::uint32_t> exclusive_flag{0};
+    std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
+    std::mutex root_mutex;
 
     std::mutex slots_mutex;
     std::vector<std::unique_ptr<thread_slot>> slots;
@@ -136,11 +155,56 @@ struct pool_state {
         return __atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE);
     }
 
-    /// I2: persists CT = applied_ts (call with tx_mutex held or no transaction running).
-    void checkpoint(persist_ctx& ctx) {
-        if (applied_ts > persisted_checkpoint())
-            persist.persist_word(ctx, &header->checkpoint_ts, applied_ts);
+    /// The largest t such that every transaction with ts <= t is applied and durable: the
+    /// clock, lowered below every timestamp still between step 1 and step 6 (I2).
+    std::uint64_t safe_checkpoint() const noexcept {
+        // Order matters: a committer publishes in_flight before it takes ts from the clock
+        // (both seq_cst), so any ts <= c is either finished or visible in in_flight here.
+        std::uint64_t safe = clock.load(std::memory_order_seq_cst);
+        for (const auto& s : slots) {
+            std::uint64_t f = s->in_flight.load(std::memory_order_seq_cst);
+            if (f != 0 && f - 1 < safe)
+                safe = f - 1;
+        }
+        return safe;
     }
+
+    /// I2: persists CT = safe_checkpoint() if that is larger than the persisted CT. Thread-safe.
+    void checkpoint(persist_ctx& ctx) {
+        std::uint64_t safe = safe_checkpoint();
+        std::lock_guard lk(checkpoint_mutex);
+        if (safe > persisted_checkpoint())
+            persist.persist_word(ctx, &header->checkpoint_ts, safe);
+    }
+
+    // ---- exclusive sections: serial transactions, close, recover ------------------------
+
+    /// Marks `s` active for a transaction attempt, waiting while an exclusive section runs.
+    void enter(thread_slot& s) noexcept {
+        for (;;) {
+            while (exclusive_flag.load(std::memory_order_acquire) != 0)
+                cpu_relax();
+            s.active.store(true, std::memory_order_seq_cst);
+            if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
+                return;
+            s.active.store(false, std::memory_order_seq_cst);
+        }
+    }
+    void leave(thread_slot& s) noexcept { s.active.store(false, std::memory_order_release); }
+
+    /// Waits until no transaction runs and keeps new ones from starting. The caller must not
+    /// be inside a transaction attempt.
+    void lock_exclusive() noexcept {
+        std::uint32_t expected = 0;
+        while (!exclusive_flag.compare_exchange_weak(expected, 1, std::memory_order_seq_cst)) {
+            expected = 0;
+            cpu_relax();
+        }
+        for (const auto& s : slots)
+            while (s->active.load(std::memory_order_seq_cst))
+                cpu_relax();
+    }
+    void unlock_exclusive() noexcept { exclusive_flag.store(0, std::memory_order_release); }
 
     /// Sets up the volatile view of the mapped, validated pool.
     void init_after_map(const pool_options& opt) {
@@ -189,7 +253,7 @@ struct pool_state {
     /// same line, so a durable generation implies a durable base_ts.
     void new_generation(thread_slot& s) {
         s.gen = s.ring.generation() + 1;
-        s.last_ts = clock;
+        s.last_ts = clock.load(std::memory_order_acquire); // below every ts taken later
         __atomic_store_n(s.ring.base_ts_word(), s.last_ts, __ATOMIC_RELEASE);
         __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
         persist.stored(s.ring.base, 16);
@@ -198,7 +262,8 @@ struct pool_state {
     }
 
     /// Makes room for an entry of up to `n` bytes in the slot's ring, wrapping to the start
-    /// when the rest of the ring is too short. Call with tx_mutex held.
+    /// when the rest of the ring is too short. Called by the slot's thread before it takes
+    /// its commit timestamp (so that its own in_flight never holds CT back).
     void reserve_ring(thread_slot& s, std::size_t n) {
         if (!s.attached) {
             // First use in this opening: recovery left every entry of the ring <= CT.
@@ -209,11 +274,17 @@ struct pool_state {
         if (s.head + n <= s.ring.capacity())
             return;
         // I2: the ring space of an entry may be reused only once the persisted CT covers it.
-        // Every entry of this ring is applied (ts <= applied_ts); make that durable first (this
-        // fence orders CT before the generation switch that hides the old entries).
-        checkpoint(s.pctx);
-        if (persisted_checkpoint() < s.last_ts)
-            throw error("tlptm: internal error: ring wrap before its entries are applied");
+        // This thread's entries are applied; others' older transactions may still be in
+        // flight, so wait for them. The checkpoint's fence orders CT before the generation
+        // switch that hides the old entries from recovery.
+        for (unsigned spins = 0;; ++spins) {
+            checkpoint(s.pctx);
+            if (persisted_checkpoint() >= s.last_ts)
+                break;
+            if (spins > 64)
+                std::this_thread::yield();
+            cpu_relax();
+        }
         new_generation(s);
     }
 };
@@ -289,6 +360,28 @@ inline std::string to_hex(std::uint64_t v) {
     std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
     return buf;
 }
+
+#if defined(__SANITIZE_THREAD__)
+#define TLPTM_TSAN_LAYOUT 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TLPTM_TSAN_LAYOUT 1
+#endif
+#endif
+
+// Where pools are mapped when the caller does not choose: far from the heap, the libraries
+// and the stack. ThreadSanitizer only supports application memory below 512 GiB (or at the
+// very top), so a TSan build uses [64 GiB, 480 GiB) instead; a pool created there opens in
+// any build but AddressSanitizer ones.
+#if defined(TLPTM_TSAN_LAYOUT)
+inline constexpr std::uint64_t default_base_lo = std::uint64_t{64} << 30;
+inline constexpr std::uint64_t default_base_hi = std::uint64_t{480} << 30;
+inline constexpr std::uint64_t default_base_step = std::uint64_t{1} << 30;
+#else
+inline constexpr std::uint64_t default_base_lo = std::uint64_t{16} << 40;
+inline constexpr std::uint64_t default_base_hi = std::uint64_t{96} << 40;
+inline constexpr std::uint64_t default_base_step = std::uint64_t{64} << 30;
+#endif
 
 /// Maps the file at exactly `addr`, with MAP_SYNC if the file is on persistent memory.
 inline void map_fixed(pool_state& st, std::uintptr_t addr, std::size_t size) {
@@ -383,11 +476,11 @@ inline std::shared_ptr<pool_state> create_state(const std::string& path, const p
         if (opt.base_address != 0) {
             map_fixed(*st, opt.base_address, size);
         } else {
-            // A randomised slot in [16 TiB, 96 TiB), stepping by a power of two >= the size.
-            std::uint64_t step = std::uint64_t{64} << 30;
+            // A randomised slot of the default range, stepping by a power of two >= the size.
+            std::uint64_t step = default_base_step;
             while (step < size)
                 step <<= 1;
-            std::uint64_t lo = std::uint64_t{16} << 40, hi = std::uint64_t{96} << 40;
+            std::uint64_t lo = default_base_lo, hi = default_base_hi;
             std::uint64_t nslots = (hi - lo) / step;
             std::uint64_t r;
             std::memcpy(&r, uuid, sizeof r);
