@@ -155,6 +155,7 @@ public:
         tlptm::stats sum;
         for (const auto& s : st.slots)
             sum = sum + s->pctx.counters.snapshot();
+        sum.heap = st.allocator.figures();
         return sum;
     }
 

@@ -110,6 +110,9 @@ inline recovery_report run_recovery(pool_state& st) {
     // Every valid entry now has ts <= CT; new timestamps start above.
     if (st.clock.load() < rep.checkpoint_after)
         st.clock.store(rep.checkpoint_after);
+    // The allocator's volatile state follows from the replayed descriptors and bitmaps. Frees
+    // still waiting for I3 are covered now: CT passed them and no transaction runs.
+    st.allocator.rebuild(st.base, *st.header, st.path);
     rep.duration = std::chrono::steady_clock::now() - t0;
     return rep;
 }

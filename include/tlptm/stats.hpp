@@ -2,9 +2,28 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace tlptm {
+
+/// The allocator's state at one moment (levels, not counters).
+struct heap_stats {
+    static constexpr std::size_t max_classes = 40;
+    std::uint64_t bytes_in_use = 0;              ///< bytes of live blocks and spans (root included)
+    std::uint64_t bytes_in_superblocks = 0;      ///< bytes of the superblocks that hold them
+    std::uint64_t superblocks = 0;               ///< superblocks in the heap
+    std::uint64_t superblocks_free = 0;          ///< free, or empty and reusable for any class
+    std::uint64_t superblocks_large = 0;         ///< in spans of large allocations
+    std::uint32_t block_sizes[max_classes] = {}; ///< size of each class
+    std::uint32_t superblocks_per_class[max_classes] = {}; ///< superblocks holding that class
+    /// Share of the bytes in superblocks not in use (internal fragmentation), 0..1.
+    double fragmentation() const noexcept {
+        return bytes_in_superblocks == 0 ? 0.0
+                                         : 1.0 - static_cast<double>(bytes_in_use) /
+                                                     static_cast<double>(bytes_in_superblocks);
+    }
+};
 
 /// What the transactions of a pool have done since the pool was opened, summed over all
 /// threads (live and exited). Returned by pool::stats(); subtract two snapshots to measure an
@@ -18,6 +37,8 @@ struct stats {
     std::uint64_t flushed_lines = 0;      ///< cache lines flushed (CLWB / CLFLUSHOPT / CLFLUSH)
     std::uint64_t fences = 0;             ///< store fences (SFENCE) or msync calls standing for one
     std::uint64_t data_bytes_written = 0; ///< bytes written back in place at commit
+    std::uint64_t aalo_bytes = 0; ///< bytes stored in place into memory the transaction allocated
+    heap_stats heap;              ///< the allocator now (operators + and - keep the left operand's)
 
     /// Persistent-memory bytes written: streamed bytes plus whole flushed lines.
     std::uint64_t pm_bytes_written() const noexcept { return streamed_bytes + 64 * flushed_lines; }
@@ -31,6 +52,7 @@ struct stats {
         a.flushed_lines -= b.flushed_lines;
         a.fences -= b.fences;
         a.data_bytes_written -= b.data_bytes_written;
+        a.aalo_bytes -= b.aalo_bytes;
         return a;
     }
     friend stats operator+(stats a, const stats& b) noexcept {
@@ -42,6 +64,7 @@ struct stats {
         a.flushed_lines += b.flushed_lines;
         a.fences += b.fences;
         a.data_bytes_written += b.data_bytes_written;
+        a.aalo_bytes += b.aalo_bytes;
         return a;
     }
 };
@@ -52,7 +75,7 @@ namespace detail {
 /// read-modify-write on the hot path); pool::stats() reads them from any thread.
 struct thread_counters {
     std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
-        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0};
+        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0}, aalo_bytes{0};
 
     static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
         c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
@@ -68,6 +91,7 @@ struct thread_counters {
         s.flushed_lines = flushed_lines.load(std::memory_order_relaxed);
         s.fences = fences.load(std::memory_order_relaxed);
         s.data_bytes_written = data_bytes_written.load(std::memory_order_relaxed);
+        s.aalo_bytes = aalo_bytes.load(std::memory_order_relaxed);
         return s;
     }
 };

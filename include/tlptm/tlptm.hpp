@@ -1,6 +1,8 @@
 // tlptm — persistent transactional memory. Include this header to get the whole library.
 #pragma once
 
+#include <tlptm/alloc.hpp>
+#include <tlptm/codec.hpp>
 #include <tlptm/errors.hpp>
 #include <tlptm/log.hpp>
 #include <tlptm/options.hpp>

@@ -104,6 +104,10 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
     }
     auto* out = static_cast<std::uint8_t*>(dst);
     std::uint64_t off = st.offset_of(src);
+    if (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, n)) { // AALO memory is private
+        std::memcpy(dst, src, n);
+        return;
+    }
     std::uint64_t w = off & ~std::uint64_t{7};
     std::size_t skip = off - w;
     while (n > 0) {
@@ -149,17 +153,10 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
     }
 }
 
-/// Buffers a store of n bytes from src to dst (in the pool's heap) in the write-set.
-/// @throw tx_scope_error dst is not in the pool's heap
-inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) {
+/// Buffers a store of n bytes from src to dst in the write-set, wherever dst is in the pool
+/// (the allocator's metadata included). Internal.
+inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::size_t n) {
     pool_state& st = *s.pool;
-    if (n == 0)
-        return;
-    if (s.doomed)
-        conflict(s);
-    if (!st.contains(dst, n) || !st.in_heap(st.offset_of(dst), n))
-        throw tx_scope_error("tlptm: transactional store to an address outside the heap of "
-                             "the transaction's pool");
     auto* in = static_cast<const std::uint8_t*>(src);
     std::uint64_t off = st.offset_of(dst);
     std::uint64_t w = off & ~std::uint64_t{7};
@@ -176,13 +173,64 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     }
 }
 
+/// A store of n bytes from src to dst (in the pool's heap) by the transaction: in place if dst
+/// lies in memory the transaction allocated (AALO), else buffered in the write-set.
+/// @throw tx_scope_error dst is not in the pool's heap
+inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) {
+    pool_state& st = *s.pool;
+    if (n == 0)
+        return;
+    if (s.doomed)
+        conflict(s);
+    if (!st.contains(dst, n) || !st.in_heap(st.offset_of(dst), n))
+        throw tx_scope_error("tlptm: transactional store to an address outside the heap of "
+                             "the transaction's pool");
+    std::uint64_t off = st.offset_of(dst);
+    if (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, n)) {
+        // AALO: the memory is new to this transaction, so no crash can need its old bytes
+        // and no other transaction can see it before commit; it is flushed before F1 (I4).
+        std::memcpy(dst, src, n);
+        st.persist.stored(dst, n);
+        s.alloc.aalo_dirty.push_back({off, n});
+        thread_counters::add(s.pctx.counters.aalo_bytes, n);
+        return;
+    }
+    tx_write_unchecked(s, dst, src, n);
+}
+
 /// Starts an attempt: a fresh snapshot and empty sets.
 inline void begin(thread_slot& s) {
     s.writes.clear();
     s.reads.clear();
     s.locks.clear();
+    s.alloc.clear();
     s.doomed = false;
-    s.snapshot = s.pool->clock.load(std::memory_order_acquire);
+    s.committed = false;
+    // I3: publish a lower bound of the start before reading the snapshot (both seq_cst), so a
+    // reclaimer either sees this attempt or this attempt sees the free's effects.
+    std::atomic<std::uint64_t>& clock = s.pool->clock;
+    s.active_since.store(clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    s.snapshot = clock.load(std::memory_order_seq_cst);
+}
+
+/// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
+/// by the same attempt go back either way.
+inline void finish_attempt(thread_slot& s) noexcept {
+    heap& h = s.pool->allocator;
+    for (const auto& c : s.alloc.claims) {
+        if (s.committed && !c.freed_in_tx)
+            continue;
+        if (c.large)
+            h.release_span(c.sb);
+        else
+            h.release_block(c.sb, c.block);
+    }
+    if (!s.committed)
+        for (const auto& sc : s.alloc.sb_claims)
+            h.untake_superblock(s.index, sc.sb);
+    s.alloc.clear();
+    s.writes.clear();
+    s.active_since.store(0, std::memory_order_release);
 }
 
 /// Releases the orecs locked by a failed commit, restoring their versions.
@@ -220,6 +268,24 @@ inline void lock_write_set(thread_slot& s) {
     }
 }
 
+/// Flushes every line of AALO memory the transaction wrote, once each.
+inline void flush_aalo(thread_slot& s) {
+    auto& dirty = s.alloc.aalo_dirty;
+    if (dirty.empty())
+        return;
+    pool_state& st = *s.pool;
+    std::vector<std::uint64_t>& lines = s.alloc.lines;
+    lines.clear();
+    for (const auto& r : dirty)
+        for (std::uint64_t l = r.offset / cache_line; l <= (r.offset + r.size - 1) / cache_line;
+             ++l)
+            lines.push_back(l);
+    std::sort(lines.begin(), lines.end());
+    lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
+    for (std::uint64_t l : lines)
+        st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
+}
+
 /// Commits the slot's transaction (DESIGN §4).
 /// @throw log_overflow the entry does not fit in the ring; nothing was written
 /// @throw tx_retry a conflict: the attempt is rolled back and retried
@@ -253,6 +319,9 @@ inline void commit(thread_slot& s) {
         s.in_flight.store(0, std::memory_order_release);
         conflict(s);
     }
+
+    // Step 2 (I4): the AALO lines are written back before F1 makes the transaction committed.
+    flush_aalo(s);
 
     // Step 3: the entry goes out with non-temporal stores.
     std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
@@ -290,6 +359,10 @@ inline void commit(thread_slot& s) {
     // Step 6, F2: the entry is applied; CT may pass ts.
     st.persist.fence(s.pctx);
     s.in_flight.store(0, std::memory_order_release);
+    s.committed = true;
+    // Freed blocks wait for I3 before anyone gets them again.
+    if (!s.alloc.frees.empty())
+        st.allocator.add_pending(s.alloc.frees, ts);
     thread_counters::add(c.tx_committed, 1);
 }
 
@@ -332,6 +405,16 @@ public:
 
     /// Stores n bytes from src (volatile memory) at dst (in the pool's heap).
     void write(void* dst, const void* src, std::size_t n) { detail::tx_write(*s_, dst, src, n); }
+
+    /// Allocates n bytes (16-byte aligned) in the pool; freed again if the transaction aborts.
+    /// The contents are unspecified. In modes aalo and tlptm, stores into the block are not
+    /// logged. Defined in alloc.hpp.
+    /// @throw out_of_memory the pool is full
+    void* alloc(std::size_t n);
+
+    /// Frees a block of alloc (or an object of tlptm::make) at commit. Defined in alloc.hpp.
+    /// @throw tx_scope_error p is not an allocated block of this pool
+    void free(void* p);
 
     /// The slot (thread) this transaction runs in. Internal.
     detail::thread_slot& slot() const noexcept { return *s_; }
@@ -404,7 +487,7 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         }
         ~attempt_scope() {
             detail::current_tx = nullptr;
-            s.writes.clear();
+            detail::finish_attempt(s);
             if (s.serial)
                 st.unlock_exclusive();
             else
@@ -450,3 +533,6 @@ inline tx current_tx() {
 }
 
 } // namespace tlptm
+
+// tx::alloc and tx::free live with the allocator.
+#include <tlptm/alloc.hpp>

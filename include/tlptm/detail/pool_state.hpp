@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <tlptm/detail/heap.hpp>
 #include <tlptm/detail/layout.hpp>
 #include <tlptm/detail/stm.hpp>
 #include <tlptm/detail/write_set.hpp>
@@ -72,6 +73,8 @@ struct thread_slot {
     std::uint64_t snapshot = 0; ///< rv: every value read is as of this timestamp
     bool serial = false;        ///< running alone (after repeated aborts): cannot conflict
     bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
+    bool committed = false;     ///< the attempt committed (its allocations stay)
+    alloc_tx_state alloc;       ///< the attempt's allocations, AALO ranges and frees
     std::uint64_t rng = 0x9E3779B97F4A7C15ull;
 
     /// Inside a transaction attempt (read by exclusive sections, which wait for it to clear).
@@ -79,6 +82,9 @@ struct thread_slot {
     /// Between taking a commit timestamp and the end of step 6: a lower bound of that
     /// timestamp, else 0. CT may not pass it (I2).
     std::atomic<std::uint64_t> in_flight{0};
+    /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0 (I3: memory
+    /// freed at ts f is reused only once every running attempt began at clock >= f).
+    std::atomic<std::uint64_t> active_since{0};
 };
 
 /// Everything an open pool shares between threads. Created by create_state / open_state, owned
@@ -104,6 +110,7 @@ struct pool_state {
     std::atomic<std::uint32_t> exclusive_flag{0};
     std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
     std::mutex root_mutex;
+    heap allocator; ///< volatile allocator state, rebuilt by recovery
 
     std::mutex slots_mutex;
     std::vector<std::unique_ptr<thread_slot>> slots;
@@ -176,6 +183,20 @@ struct pool_state {
         if (safe > persisted_checkpoint())
             persist.persist_word(ctx, &header->checkpoint_ts, safe);
     }
+
+    /// The smallest clock value at which a running attempt began (UINT64_MAX if none runs).
+    std::uint64_t oldest_active() const noexcept {
+        std::uint64_t m = ~std::uint64_t{0};
+        for (const auto& s : slots) {
+            std::uint64_t a = s->active_since.load(std::memory_order_seq_cst);
+            if (a != 0 && a - 1 < m)
+                m = a - 1;
+        }
+        return m;
+    }
+
+    /// True if stores into memory allocated by the same transaction skip the log (AALO).
+    bool aalo() const noexcept { return mode == log_mode::aalo || mode == log_mode::tlptm; }
 
     // ---- exclusive sections: serial transactions, close, recover ------------------------
 

@@ -1,0 +1,255 @@
+// tlptm — transactional allocation: tx.alloc / tx.free, tlptm::make / tlptm::destroy, and AALO.
+//
+// Blocks come from the Hoard-style heap of detail/heap.hpp. A transaction's allocation claims a
+// block in the volatile heap at once and sets its bit in the persistent bitmap through the
+// transaction's write-set (so the bitmap change is logged and replayed with the transaction);
+// an abort gives the block back. A free clears the bit the same way; the block is handed out
+// again only when I3 allows it (persisted CT >= the free's timestamp, and no transaction that
+// was running at the free still runs).
+//
+// AALO (log modes aalo and tlptm): stores into memory allocated by the same transaction go
+// straight to the pool (no write-set, no log); their lines are flushed before F1 (I4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <tlptm/detail/heap.hpp>
+#include <tlptm/detail/pool_state.hpp>
+#include <tlptm/errors.hpp>
+#include <tlptm/transaction.hpp>
+
+namespace tlptm {
+namespace detail {
+
+/// Reads a T from the pool's allocator metadata through the transaction.
+template <class T> T meta_load(thread_slot& s, std::uint64_t offset) {
+    T v;
+    tx_read(s, &v, s.pool->base + offset, sizeof v);
+    return v;
+}
+
+/// Writes allocator metadata through the transaction's write-set: logged in every mode, so it
+/// reaches persistent memory only with the transaction's log entry (DESIGN §7).
+template <class T> void meta_store(thread_slot& s, std::uint64_t offset, const T& v) {
+    tx_write_unchecked(s, s.pool->base + offset, &v, sizeof v);
+}
+
+/// Sets or clears block b's bit in the persistent bitmap of superblock i (one byte written:
+/// a compact partial record in the compressed log).
+inline void set_bitmap_bit(thread_slot& s, std::uint32_t i, std::uint32_t b, bool on) {
+    heap& h = s.pool->allocator;
+    std::uint64_t at = h.meta_offset(i) + bitmap_offset_in_meta + b / 8;
+    auto byte = meta_load<std::uint8_t>(s, at);
+    auto bit = static_cast<std::uint8_t>(1u << (b % 8));
+    if (static_cast<bool>(byte & bit) == on)
+        throw corruption_error("tlptm: pool '" + s.pool->path +
+                               "': allocator bitmap of superblock " + std::to_string(i) +
+                               " already has block " + std::to_string(b) +
+                               (on ? " allocated" : " free"));
+    meta_store(s, at, static_cast<std::uint8_t>(on ? byte | bit : byte & ~bit));
+}
+
+/// Gives back to the heap the frees (of any thread) that I3 allows now. `force` first
+/// advances the persisted checkpoint (one fence) if that is what holds them back.
+inline void reclaim(thread_slot& s, bool force) {
+    pool_state& st = *s.pool;
+    heap& h = st.allocator;
+    auto [newest, count] = h.pending_summary();
+    if (count == 0)
+        return;
+    if ((force || count >= 64) && st.persisted_checkpoint() < newest)
+        st.checkpoint(s.pctx);
+    std::uint64_t ct = st.persisted_checkpoint();
+    std::uint64_t oldest = st.oldest_active();
+    h.reclaim([&](std::uint64_t ts) { return ts <= ct && ts <= oldest; }, // I3
+              [&](const pending_free& p) {
+                  if (p.large) {
+                      h.release_span(p.sb);
+                  } else {
+                      h.release_block(p.sb, p.block);
+                      h.maybe_return(s.index, p.sb);
+                  }
+              });
+}
+
+/// Allocates n bytes (16-byte aligned) in the running transaction.
+/// @throw out_of_memory the heap has no room (the transaction is aborted by the caller)
+inline void* tx_alloc(thread_slot& s, std::size_t n) {
+    pool_state& st = *s.pool;
+    heap& h = st.allocator;
+    if (s.doomed)
+        conflict(s);
+    if (n == 0)
+        n = 1;
+    std::uint64_t offset, size;
+    if (n <= max_small_size) {
+        std::size_t cls = class_of(n);
+        std::int64_t sb = -1, b = -1;
+        for (int round = 0; round < 2 && b < 0; ++round) {
+            auto& local = h.local(s.index, cls);
+            for (std::size_t k = local.size(); k-- > 0 && b < 0;)
+                if ((b = h.claim_block(local[k])) >= 0)
+                    sb = local[k];
+            if (b < 0 && round == 0)
+                reclaim(s, false);
+        }
+        if (b < 0) {
+            bool fresh = false;
+            sb = h.take_superblock(s.index, cls, fresh);
+            if (sb < 0) {
+                reclaim(s, true);
+                sb = h.take_superblock(s.index, cls, fresh);
+            }
+            if (sb < 0)
+                throw out_of_memory("tlptm: pool '" + st.path +
+                                    "' is full: no room for a block of " +
+                                    std::to_string(size_classes[cls]) + " bytes");
+            auto i = static_cast<std::uint32_t>(sb);
+            if (fresh) {
+                s.alloc.sb_claims.push_back({i, sb_kind::small, static_cast<std::uint32_t>(cls)});
+                meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::small, size_classes[cls]));
+            }
+            b = h.claim_block(i);
+        }
+        auto i = static_cast<std::uint32_t>(sb);
+        auto blk = static_cast<std::uint32_t>(b);
+        s.alloc.claims.push_back({i, blk, false, false});
+        set_bitmap_bit(s, i, blk, true);
+        size = size_classes[cls];
+        offset = h.sb_offset(i) + std::uint64_t{blk} * size;
+    } else {
+        auto count = static_cast<std::uint32_t>((n + superblock_bytes - 1) / superblock_bytes);
+        if (std::uint64_t{count} * superblock_bytes < n)
+            throw out_of_memory("tlptm: allocation of " + std::to_string(n) +
+                                " bytes is too large");
+        std::int64_t sb = h.take_span(count);
+        if (sb < 0) {
+            reclaim(s, true);
+            sb = h.take_span(count);
+        }
+        if (sb < 0)
+            throw out_of_memory("tlptm: pool '" + st.path + "' is full: no run of " +
+                                std::to_string(count) + " free superblocks for " +
+                                std::to_string(n) + " bytes");
+        auto i = static_cast<std::uint32_t>(sb);
+        s.alloc.claims.push_back({i, count, true, false});
+        meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::span_head, count));
+        for (std::uint32_t k = 1; k < count; ++k)
+            meta_store(s, h.meta_offset(i + k), make_descriptor(sb_kind::span_tail, i));
+        size = std::uint64_t{count} * superblock_bytes;
+        offset = h.sb_offset(i);
+    }
+    if (st.aalo())
+        s.alloc.aalo.push_back({offset, size});
+    return st.base + offset;
+}
+
+/// Frees the block at p in the running transaction (takes effect at commit).
+/// @throw tx_scope_error p is not a block allocated from this pool's heap
+inline void tx_free(thread_slot& s, void* p) {
+    pool_state& st = *s.pool;
+    heap& h = st.allocator;
+    if (p == nullptr)
+        return;
+    auto bad = [&](const char* why) {
+        return tx_scope_error(std::string("tlptm: free of a pointer that is not an allocated "
+                                          "block of the transaction's pool: ") +
+                              why);
+    };
+    if (!st.contains(p, 1) || !st.in_heap(st.offset_of(p), 1))
+        throw bad("outside the heap");
+    std::uint64_t off = st.offset_of(p);
+    auto i = static_cast<std::uint32_t>((off - st.heap_begin) / superblock_bytes);
+    std::uint64_t within = off - h.sb_offset(i);
+    auto d = meta_load<std::uint64_t>(s, h.meta_offset(i));
+    std::uint32_t block;
+    bool large;
+    if (descriptor_kind(d) == sb_kind::small) {
+        std::uint64_t size = descriptor_payload(d);
+        if (within % size != 0)
+            throw bad("not the start of a block");
+        block = static_cast<std::uint32_t>(within / size);
+        large = false;
+        std::uint64_t at = h.meta_offset(i) + bitmap_offset_in_meta + block / 8;
+        if (!(meta_load<std::uint8_t>(s, at) & (1u << (block % 8))))
+            throw bad("the block is not allocated (double free?)");
+        set_bitmap_bit(s, i, block, false);
+    } else if (descriptor_kind(d) == sb_kind::span_head && within == 0) {
+        block = static_cast<std::uint32_t>(descriptor_payload(d));
+        large = true;
+        for (std::uint32_t k = 0; k < block; ++k)
+            meta_store(s, h.meta_offset(i + k), std::uint64_t{0});
+    } else {
+        throw bad("not the start of an allocated block or span");
+    }
+    // Allocated by this very transaction: its memory goes back when the attempt ends.
+    for (auto& c : s.alloc.claims) {
+        if (c.sb == i && c.large == large && (large || c.block == block) && !c.freed_in_tx) {
+            c.freed_in_tx = true;
+            auto& r = s.alloc.aalo;
+            std::uint64_t start =
+                h.sb_offset(i) + (large ? 0 : std::uint64_t{block} * descriptor_payload(d));
+            r.erase(std::remove_if(r.begin(), r.end(),
+                                   [&](const auto& x) { return x.offset == start; }),
+                    r.end());
+            return;
+        }
+    }
+    s.alloc.frees.push_back({i, block, large});
+}
+
+} // namespace detail
+
+inline void* tx::alloc(std::size_t n) {
+    return detail::tx_alloc(*s_, n);
+}
+inline void tx::free(void* p) {
+    detail::tx_free(*s_, p);
+}
+
+/// Allocates and constructs a T in the pool inside the running transaction: `T(args...)` (or
+/// `T{args...}` for aggregates), built in volatile memory and copied in byte-wise — in modes
+/// aalo and tlptm without logging. The object is freed if the transaction aborts.
+/// @throw tx_scope_error outside a transaction
+/// @throw out_of_memory the pool is full (the transaction aborts)
+template <class T, class... Args> T* make(Args&&... args) {
+    static_assert(std::is_trivially_destructible_v<T>,
+                  "tlptm::make<T>: T must be trivially destructible (pool objects outlive the "
+                  "process; tlptm::destroy runs no destructor)");
+    static_assert(alignof(T) <= 16, "tlptm::make<T>: blocks are 16-byte aligned");
+    detail::thread_slot* s = detail::current_tx;
+    if (!s)
+        throw tx_scope_error("tlptm::make called outside a transaction");
+    void* mem = detail::tx_alloc(*s, sizeof(T));
+    auto buf = std::make_unique<std::byte[]>(sizeof(T) + alignof(T));
+    void* aligned = buf.get();
+    std::size_t space = sizeof(T) + alignof(T);
+    std::align(alignof(T), sizeof(T), aligned, space);
+    if constexpr (std::is_constructible_v<T, Args...>)
+        ::new (aligned) T(std::forward<Args>(args)...);
+    else
+        ::new (aligned) T{std::forward<Args>(args)...};
+    detail::tx_write(*s, mem, aligned, sizeof(T));
+    return static_cast<T*>(mem);
+}
+
+/// Frees an object made by tlptm::make (or a block of tx.alloc) in the running transaction.
+/// No destructor runs. The memory is reused only after I3 allows it.
+/// @throw tx_scope_error outside a transaction, or p is not an allocated block
+template <class T> void destroy(T* p) {
+    static_assert(std::is_trivially_destructible_v<T>,
+                  "tlptm::destroy<T>: T must be trivially destructible");
+    detail::thread_slot* s = detail::current_tx;
+    if (!s)
+        throw tx_scope_error("tlptm::destroy called outside a transaction");
+    detail::tx_free(*s, const_cast<std::remove_cv_t<T>*>(p));
+}
+
+} // namespace tlptm

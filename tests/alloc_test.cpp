@@ -1,0 +1,424 @@
+// The persistent allocator and AALO (DESIGN §7, invariants I3 and I4).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <new>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+struct list_node {
+    tlptm::p<std::uint64_t> key;
+    tlptm::p<list_node*> next;
+};
+
+struct alloc_root {
+    tlptm::p<list_node*> head;
+    tlptm::p<std::uint64_t> count;
+    tlptm::p<char*> keep[512];
+    tlptm::p<char*> reused;
+};
+
+tlptm::pool_options opts(tlptm::log_mode mode = tlptm::log_mode::tlptm,
+                         std::size_t size = 16 << 20) {
+    auto o = tlptm_test::small_options(mode);
+    o.size = size;
+    o.max_threads = 6;
+    return o;
+}
+
+std::uint64_t root_bytes(const tlptm::pool& p) {
+    return p.stats().heap.superblocks > 0 ? 64 * 1024 : 0; // root_capacity 64 KiB
+}
+
+} // namespace
+
+TEST_CASE("sizes, alignment and distinct blocks; aborted allocations vanish") {
+    tlptm_test::temp_path path("allocbasic");
+    auto pool = tlptm::pool::create(path, opts());
+    auto* r = pool.root<alloc_root>();
+    auto before = pool.stats().heap;
+    CHECK(before.bytes_in_use == root_bytes(pool));
+    std::set<std::uintptr_t> seen;
+    std::size_t sizes[] = {1,   8,    15,   16,    17,    100,   128,
+                           129, 1000, 4096, 32768, 32769, 65536, 200000};
+    tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        int i = 0;
+        for (std::size_t n : sizes) {
+            char* b = static_cast<char*>(tx.alloc(n));
+            auto a = reinterpret_cast<std::uintptr_t>(b);
+            CHECK(a % 16 == 0);
+            CHECK(seen.insert(a).second);
+            CHECK(b >= static_cast<char*>(pool.base()));
+            CHECK(b + n <= static_cast<char*>(pool.base()) + pool.size());
+            std::memset(b, 0x5A, n); // plain writes: we own the block (AALO mode)
+            tx.write(b, "abc", 3);
+            r->keep[i++] = b;
+        }
+    });
+    auto after = pool.stats().heap;
+    CHECK(after.bytes_in_use > before.bytes_in_use);
+    CHECK(after.superblocks_large >= 1 + 4); // 65536 and 200000 bytes take whole superblocks
+    // An aborted transaction's allocations go back.
+    auto mid = pool.stats().heap.bytes_in_use;
+    CHECK_THROWS_AS(tlptm::atomic(pool,
+                                  [&](tlptm::tx& tx) {
+                                      tx.alloc(100);
+                                      tx.alloc(100000);
+                                      tlptm::make<list_node>();
+                                      throw std::runtime_error("abort");
+                                  }),
+                    std::runtime_error);
+    CHECK(pool.stats().heap.bytes_in_use == mid);
+    // Free everything: after I3 lets it, the heap is back where it started.
+    tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        for (int i = 0; i < 14; ++i) {
+            tx.free(r->keep[i]);
+            r->keep[i] = nullptr;
+        }
+    });
+    pool.close();
+    pool = tlptm::pool::open(path, opts());
+    CHECK(pool.stats().heap.bytes_in_use == before.bytes_in_use);
+}
+
+TEST_CASE("make and destroy; bad frees are refused") {
+    tlptm_test::temp_path path("makedestroy");
+    auto pool = tlptm::pool::create(path, opts());
+    auto* r = pool.root<alloc_root>();
+    tlptm::atomic(pool, [&] {
+        list_node* n = tlptm::make<list_node>(list_node{7, nullptr});
+        CHECK(n->key.get() == 7);
+        r->head = n;
+    });
+    CHECK(r->head->key.get() == 7);
+    CHECK_THROWS_AS(tlptm::make<list_node>(), tlptm::tx_scope_error);
+    std::uint64_t local = 0;
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(&local); }),
+                    tlptm::tx_scope_error);
+    CHECK_THROWS_AS(
+        tlptm::atomic(pool,
+                      [&](tlptm::tx& tx) { tx.free(reinterpret_cast<char*>(r->head.get()) + 8); }),
+        tlptm::tx_scope_error);
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(r); }),
+                    tlptm::tx_scope_error); // the root
+    tlptm::atomic(pool, [&] {
+        tlptm::destroy(r->head.get());
+        r->head = nullptr;
+    });
+    list_node* dangling = nullptr;
+    tlptm::atomic(pool, [&] {
+        dangling = tlptm::make<list_node>();
+        tlptm::destroy(dangling);
+    });
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&] { tlptm::destroy(dangling); }),
+                    tlptm::tx_scope_error); // double free
+}
+
+TEST_CASE("out_of_memory aborts the transaction, keeps the pool usable and loses nothing") {
+    tlptm_test::temp_path path("oom");
+    auto pool = tlptm::pool::create(path, opts(tlptm::log_mode::tlptm, 8 << 20));
+    auto* r = pool.root<alloc_root>();
+    int kept = 0;
+    bool full = false;
+    while (!full && kept < 512) {
+        try {
+            tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                char* b = static_cast<char*>(tx.alloc(40000)); // one superblock each
+                tx.write(b, &kept, sizeof kept);
+                r->keep[kept] = b;
+            });
+            ++kept;
+        } catch (const tlptm::out_of_memory& e) {
+            full = true;
+            CHECK(std::string(e.what()).find("full") != std::string::npos);
+        }
+    }
+    REQUIRE(full);
+    CHECK(kept > 10);
+    // It is a std::bad_alloc too.
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.alloc(40000); }), std::bad_alloc);
+    // A failed transaction with other stores left nothing behind.
+    CHECK_THROWS(tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        r->count = 99;
+        tx.alloc(40000);
+    }));
+    CHECK(r->count.get() == 0);
+    for (int i = 0; i < kept; ++i) {
+        int v;
+        std::memcpy(&v, r->keep[i].get(), sizeof v);
+        CHECK(v == i);
+    }
+    // Free one; the next allocation gets it back (after I3: the library advances CT itself).
+    char* old = r->keep[0];
+    tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        tx.free(r->keep[0].get());
+        r->keep[0] = nullptr;
+    });
+    char* again =
+        tlptm::atomic(pool, [&](tlptm::tx& tx) { return static_cast<char*>(tx.alloc(40000)); });
+    CHECK(again == old);
+}
+
+TEST_CASE("many threads allocate and free at random: no overlap, cross-thread frees") {
+    tlptm_test::temp_path path("allocthreads");
+    auto pool = tlptm::pool::create(path, opts(tlptm::log_mode::tlptm, 64 << 20));
+    const int threads = 4;
+    std::mutex handoff_mutex;
+    std::deque<std::pair<char*, std::size_t>> handoff; // blocks freed by another thread
+    std::atomic<int> corrupt{0}, ooms{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+            std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 11);
+            std::vector<std::pair<char*, std::size_t>> mine;
+            auto check = [&](char* b, std::size_t n) {
+                auto tag = static_cast<char>(reinterpret_cast<std::uintptr_t>(b) >> 4);
+                for (std::size_t i = 0; i < n; i += 61)
+                    if (b[i] != tag)
+                        ++corrupt;
+            };
+            for (int i = 0; i < 1500; ++i) {
+                auto op = rng() % 10;
+                if (op < 5 || mine.empty()) {
+                    std::size_t n = rng() % 8 == 0 ? 33000 + rng() % 100000 : 1 + rng() % 3000;
+                    try {
+                        char* b = tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                            char* m = static_cast<char*>(tx.alloc(n));
+                            // Tag every byte with the block's address: an overlap shows.
+                            std::memset(
+                                m, static_cast<char>(reinterpret_cast<std::uintptr_t>(m) >> 4), n);
+                            return m;
+                        });
+                        mine.emplace_back(b, n);
+                    } catch (const tlptm::out_of_memory&) {
+                        ++ooms;
+                    }
+                } else if (op < 8) {
+                    std::size_t k = rng() % mine.size();
+                    auto [b, n] = mine[k];
+                    check(b, n);
+                    tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(b); });
+                    mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
+                } else if (op == 8) { // hand a block to another thread
+                    std::lock_guard lk(handoff_mutex);
+                    handoff.push_back(mine.back());
+                    mine.pop_back();
+                } else { // free a block another thread allocated
+                    std::pair<char*, std::size_t> got{nullptr, 0};
+                    {
+                        std::lock_guard lk(handoff_mutex);
+                        if (!handoff.empty()) {
+                            got = handoff.front();
+                            handoff.pop_front();
+                        }
+                    }
+                    if (got.first) {
+                        check(got.first, got.second);
+                        tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(got.first); });
+                    }
+                }
+            }
+            for (auto [b, n] : mine) {
+                check(b, n);
+                tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(b); });
+            }
+        });
+    for (auto& t : ts)
+        t.join();
+    for (auto [b, n] : handoff)
+        tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(b); });
+    CHECK(corrupt.load() == 0);
+    CHECK(ooms.load() == 0);
+    pool.close(); // everything freed: a reopen rebuilds an empty heap
+    pool = tlptm::pool::open(path, opts(tlptm::log_mode::tlptm, 64 << 20));
+    CHECK(pool.stats().heap.bytes_in_use == root_bytes(pool));
+}
+
+namespace {
+template <std::size_t N> struct value_node {
+    tlptm::p<std::uint64_t> key;
+    tlptm::p<value_node*> next;
+    std::uint8_t value[N];
+};
+
+template <std::size_t N> std::uint64_t insert_log_bytes(tlptm::log_mode mode) {
+    tlptm_test::temp_path path("aalo");
+    auto pool = tlptm::pool::create(path, opts(mode));
+    auto* r = pool.root<alloc_root>();
+    tlptm::atomic(pool, [&] { r->count = 1; }); // start the ring
+    auto s0 = pool.stats();
+    for (std::uint64_t k = 0; k < 10; ++k)
+        tlptm::atomic(pool, [&] {
+            auto* n = tlptm::make<value_node<N>>();
+            n->key = k;
+            std::uint8_t v[N];
+            std::memset(v, static_cast<int>(k), N);
+            tlptm::current_tx().write(n->value, v, N);
+            n->next = reinterpret_cast<value_node<N>*>(r->head.get());
+            r->head = reinterpret_cast<list_node*>(n);
+            r->count += 1;
+        });
+    auto d = pool.stats() - s0;
+    // The node's bytes are right, however they were written.
+    auto* n = reinterpret_cast<value_node<N>*>(r->head.get());
+    CHECK(n->key.get() == 9);
+    CHECK(n->value[N - 1] == 9);
+    if (mode == tlptm::log_mode::aalo || mode == tlptm::log_mode::tlptm)
+        CHECK(d.aalo_bytes >= 10 * N);
+    return d.log_bytes / 10;
+}
+} // namespace
+
+TEST_CASE(
+    "AALO: an insert's log does not grow with the node size in aalo/tlptm, and does in baseline") {
+    auto b8 = insert_log_bytes<8>(tlptm::log_mode::baseline);
+    auto b64 = insert_log_bytes<64>(tlptm::log_mode::baseline);
+    auto b1k = insert_log_bytes<1024>(tlptm::log_mode::baseline);
+    auto a8 = insert_log_bytes<8>(tlptm::log_mode::aalo);
+    auto a64 = insert_log_bytes<64>(tlptm::log_mode::aalo);
+    auto a1k = insert_log_bytes<1024>(tlptm::log_mode::aalo);
+    auto t8 = insert_log_bytes<8>(tlptm::log_mode::tlptm);
+    auto t1k = insert_log_bytes<1024>(tlptm::log_mode::tlptm);
+    MESSAGE("log bytes per insert: baseline "
+            << b8 << " / " << b64 << " / " << b1k << ", aalo " << a8 << " / " << a64 << " / " << a1k
+            << ", tlptm " << t8 << " / " << t1k << " (8 / 64 / 1024-byte values)");
+    CHECK(b64 > b8);
+    CHECK(b1k > b64 + 1000); // every word of the value is logged
+    CHECK(a64 == a8);
+    CHECK(a1k == a8);
+    CHECK(t1k == t8);
+    CHECK(a8 < b8);
+    CHECK(t8 < a8);
+}
+
+TEST_CASE("I3: a reused block is never overwritten by replay of entries older than its free") {
+    for (auto mode : {tlptm::log_mode::tlptm, tlptm::log_mode::aalo, tlptm::log_mode::baseline}) {
+        CAPTURE(tlptm::to_string(mode));
+        tlptm_test::temp_path path("i3");
+        auto o = opts(mode, 8 << 20);
+        { tlptm::pool::create(path, o); }
+        pid_t child = ::fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {
+            int rc = 0;
+            try {
+                auto pool = tlptm::pool::open(path, o);
+                auto* r = pool.root<alloc_root>();
+                int kept = 0;
+                for (;; ++kept) { // fill the heap with one-superblock blocks
+                    try {
+                        tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                            r->keep[kept] = static_cast<char*>(tx.alloc(40000));
+                        });
+                    } catch (const tlptm::out_of_memory&) {
+                        break;
+                    }
+                }
+                char* victim = r->keep[0];
+                // t1: a logged store into the block (it was allocated by an earlier transaction).
+                tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                    tx.store(reinterpret_cast<std::uint64_t*>(victim), std::uint64_t{0x1111});
+                });
+                // t2: free it.
+                tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                    tx.free(victim);
+                    r->keep[0] = nullptr;
+                });
+                // t3: the only free memory is the victim: reuse it and write it (AALO in place).
+                char* again = tlptm::atomic(pool, [&](tlptm::tx& tx) {
+                    char* b = static_cast<char*>(tx.alloc(40000));
+                    tx.store(reinterpret_cast<std::uint64_t*>(b), std::uint64_t{0x2222});
+                    r->reused = b;
+                    return b;
+                });
+                if (again != victim)
+                    rc = 2;
+            } catch (...) {
+                rc = 3;
+            }
+            ::_exit(rc); // crash: no close; t1's entry is still in the ring
+        }
+        int status = 0;
+        REQUIRE(::waitpid(child, &status, 0) == child);
+        REQUIRE(WIFEXITED(status));
+        REQUIRE(WEXITSTATUS(status) == 0);
+        auto pool = tlptm::pool::open(path, o);
+        auto* r = pool.root<alloc_root>();
+        REQUIRE(r->reused.get() != nullptr);
+        std::uint64_t v;
+        std::memcpy(&v, r->reused.get(), sizeof v);
+        CHECK(v == 0x2222); // replaying t1 would have written 0x1111
+    }
+}
+
+TEST_CASE("crash during alloc/free-heavy transactions: allocated blocks == reachable blocks") {
+    for (auto mode : {tlptm::log_mode::tlptm, tlptm::log_mode::baseline}) {
+        CAPTURE(tlptm::to_string(mode));
+        tlptm_test::temp_path path("alloccrash");
+        auto o = opts(mode, 16 << 20);
+        { tlptm::pool::create(path, o); }
+        std::mt19937_64 rng(77);
+        for (int round = 0; round < 15; ++round) {
+            pid_t child = ::fork();
+            REQUIRE(child >= 0);
+            if (child == 0) {
+                auto pool = tlptm::pool::open(path, o);
+                auto* r = pool.root<alloc_root>();
+                std::mt19937_64 g(static_cast<std::uint64_t>(::getpid()));
+                for (;;) {
+                    tlptm::atomic(pool, [&] {
+                        // Push two nodes and pop one (or pop two): allocs and frees in one tx.
+                        for (int k = 0; k < 2; ++k) {
+                            list_node* n = tlptm::make<list_node>();
+                            n->key = g();
+                            n->next = r->head.get();
+                            r->head = n;
+                            r->count += 1;
+                        }
+                        int pops = g() % 2 ? 1 : 3;
+                        for (int k = 0; k < pops && r->head.get() != nullptr; ++k) {
+                            list_node* h = r->head;
+                            r->head = h->next.get();
+                            tlptm::destroy(h);
+                            r->count -= 1;
+                        }
+                    });
+                }
+            }
+            ::usleep(static_cast<useconds_t>(1000 + rng() % 20000));
+            ::kill(child, SIGKILL);
+            int status = 0;
+            ::waitpid(child, &status, 0);
+            auto pool = tlptm::pool::open(path, o);
+            auto* r = pool.root<alloc_root>();
+            std::set<list_node*> reachable;
+            for (list_node* n = r->head; n != nullptr; n = n->next)
+                REQUIRE(reachable.insert(n).second);
+            CHECK(reachable.size() == r->count.get());
+            auto h = pool.stats().heap;
+            // No leak and no double allocation: exactly the reachable nodes are in use.
+            CHECK(h.bytes_in_use == root_bytes(pool) + 16 * reachable.size());
+            // A full allocate/free cycle still works.
+            tlptm::atomic(pool, [&] {
+                auto* n = tlptm::make<list_node>();
+                tlptm::destroy(n);
+            });
+        }
+    }
+}
