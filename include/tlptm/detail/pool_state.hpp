@@ -146,8 +146,10 @@ struct pool_state {
     }
     /// I5: the only offsets a replayed log record may touch (heap or allocator metadata).
     bool replayable(std::uint64_t offset) const noexcept {
-        return offset % 8 == 0 && ((offset >= heap_begin && offset + 8 <= heap_end) ||
-                                   (offset >= meta_begin && offset + 8 <= meta_end));
+        // Written so that no sum can overflow: offset comes from the log, i.e. from a file.
+        return offset % 8 == 0 &&
+               ((offset >= heap_begin && offset < heap_end && heap_end - offset >= 8) ||
+                (offset >= meta_begin && offset < meta_end && meta_end - offset >= 8));
     }
     std::uint64_t* word_at(std::uint64_t offset) const noexcept {
         return reinterpret_cast<std::uint64_t*>(base + offset);
