@@ -3,6 +3,7 @@
 #   release  every test, optimised build (including the packaging tests)
 #   asan     every test but the packaging ones, under AddressSanitizer + UBSan
 #   tsan     the tests labelled `concurrency`, under ThreadSanitizer
+#   fuzz     short libFuzzer runs of the log decoder, the codec and recovery (clang)
 # Every stage runs even if an earlier one failed; the exit status is non-zero if any failed.
 set -euo pipefail
 
@@ -41,6 +42,7 @@ run_stage() {
 run_stage release
 run_stage asan
 run_stage tsan
+run_stage fuzz
 
 echo
 echo "==> summary"
