@@ -311,12 +311,19 @@ inline void commit(thread_slot& s) {
 
     // Step 1: lock the write-set, take ts, validate the read-set.
     lock_write_set(s);
-    s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    std::lock_guard fence_guard(s.fence_lock); // helpers wait until the write-back is flushed
+    // I2: in_flight holds CT below ts until the write-back is fenced. While the previous
+    // commit's write-back is still unfenced it already holds CT below that older ts.
+    bool previous_unfenced = s.unfenced_ts.load(std::memory_order_relaxed) != 0;
+    if (!previous_unfenced)
+        s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
     std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
-    s.in_flight.store(ts, std::memory_order_release);
+    if (!previous_unfenced)
+        s.in_flight.store(ts, std::memory_order_release);
     if (ts != s.snapshot + 1 && !validate_reads(s)) {
         release_locks(s);
-        s.in_flight.store(0, std::memory_order_release);
+        if (!previous_unfenced)
+            s.in_flight.store(0, std::memory_order_release);
         conflict(s);
     }
 
@@ -329,8 +336,12 @@ inline void commit(thread_slot& s) {
     s.head += entry.size();
     s.last_ts = ts;
     thread_counters::add(c.log_bytes, entry.size());
-    // Step 4, F1: the entry is durable; the transaction is committed.
+    // Step 4, F1: the entry is durable; the transaction is committed. The fence also completes
+    // the previous commit's write-back flushes (its deferred F2).
     st.persist.fence(s.pctx);
+    s.unfenced_lines.clear();
+    s.unfenced_ts.store(0, std::memory_order_relaxed);
+    s.in_flight.store(ts, std::memory_order_seq_cst);
 
     // Step 5: write back in place, flush each line once after its last store, unlock.
     std::uint64_t data_bytes = 0;
@@ -351,14 +362,15 @@ inline void commit(thread_slot& s) {
         std::uint8_t* p = st.base + line * cache_line;
         st.persist.stored(p, cache_line);
         st.persist.flush(s.pctx, p, cache_line);
+        s.unfenced_lines.push_back(line);
     }
     thread_counters::add(c.data_bytes_written, data_bytes);
     for (auto [idx, old] : s.locks)
         st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
     s.locks.clear();
-    // Step 6, F2: the entry is applied; CT may pass ts.
-    st.persist.fence(s.pctx);
-    s.in_flight.store(0, std::memory_order_release);
+    // Step 6, F2, deferred to this thread's next F1 (DESIGN §6): one fence per update
+    // transaction. Until then in_flight keeps CT below ts; checkpoint() settles it if needed.
+    s.unfenced_ts.store(ts, std::memory_order_release);
     s.committed = true;
     // Freed blocks wait for I3 before anyone gets them again.
     if (!s.alloc.frees.empty())

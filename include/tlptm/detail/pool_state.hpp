@@ -82,6 +82,13 @@ struct thread_slot {
     /// Between taking a commit timestamp and the end of step 6: a lower bound of that
     /// timestamp, else 0. CT may not pass it (I2).
     std::atomic<std::uint64_t> in_flight{0};
+    /// Deferred F2: the timestamp of this slot's last commit whose write-back is flushed but
+    /// not yet fenced (0: none), and the lines it flushed. The slot's next F1 completes them;
+    /// a thread that needs CT to pass them fences them itself (pool_state::settle).
+    std::atomic<std::uint64_t> unfenced_ts{0};
+    std::vector<std::uint64_t> unfenced_lines; ///< guarded by fence_lock
+    std::mutex fence_lock; ///< held by the owner from commit step 1 to the end of write-back
+
     /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0 (I3: memory
     /// freed at ts f is reused only once every running attempt began at clock >= f).
     std::atomic<std::uint64_t> active_since{0};
@@ -178,8 +185,28 @@ struct pool_state {
         return safe;
     }
 
-    /// I2: persists CT = safe_checkpoint() if that is larger than the persisted CT. Thread-safe.
+    /// Makes slot x's deferred write-back durable (flush its lines again from this thread, then
+    /// fence) so that CT may pass it. Safe from any thread; waits while x is committing.
+    void settle(thread_slot& x, persist_ctx& ctx) {
+        if (x.unfenced_ts.load(std::memory_order_acquire) == 0)
+            return;
+        std::lock_guard lk(x.fence_lock);
+        if (x.unfenced_ts.load(std::memory_order_relaxed) == 0)
+            return;
+        // A flush from any core writes the line back; this thread's fence then covers it.
+        for (std::uint64_t line : x.unfenced_lines)
+            persist.flush(ctx, base + line * cache_line, cache_line);
+        persist.fence(ctx);
+        x.unfenced_lines.clear();
+        x.unfenced_ts.store(0, std::memory_order_release);
+        x.in_flight.store(0, std::memory_order_seq_cst);
+    }
+
+    /// I2: persists CT = safe_checkpoint() if that is larger than the persisted CT, first
+    /// settling every slot's deferred write-back. Thread-safe.
     void checkpoint(persist_ctx& ctx) {
+        for (auto& x : slots)
+            settle(*x, ctx);
         std::uint64_t safe = safe_checkpoint();
         std::lock_guard lk(checkpoint_mutex);
         if (safe > persisted_checkpoint())
@@ -263,17 +290,24 @@ struct pool_state {
                     std::to_string(slots.size()) + ")");
     }
 
+    /// Called by the slot's thread when it exits: its last write-back is fenced first.
     void release_slot(thread_slot& s) {
+        settle(s, s.pctx);
         std::lock_guard lk(slots_mutex);
         s.in_use = false;
     }
 
     /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
     /// generation must already be covered by the persisted CT: the new generation makes them
-    /// fail validation. The header line goes to persistent memory with the next fence (the
-    /// caller's, or F1 of the first entry of the generation), so that no entry sealed with the
-    /// new generation is durable without it; base_ts is stored before the generation in the
-    /// same line, so a durable generation implies a durable base_ts.
+    /// fail validation. base_ts is stored before the generation in the same line, so a durable
+    /// generation implies a durable base_ts.
+    ///
+    /// The header line is made durable with its own fence before any entry of the generation
+    /// is written. Leaving it to the entry's F1 would let the entry's non-temporal stores
+    /// persist without the header: recovery would drop that transaction, the next opening would
+    /// reuse the same generation number, and the dropped entry would come back to life as soon
+    /// as the header line reached persistent memory (tests/crash_test.cpp, "ring generation
+    /// reuse"). One fence per ring pass and per thread and opening.
     void new_generation(thread_slot& s) {
         s.gen = s.ring.generation() + 1;
         s.last_ts = clock.load(std::memory_order_acquire); // below every ts taken later
@@ -281,6 +315,7 @@ struct pool_state {
         __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
         persist.stored(s.ring.base, 16);
         persist.flush(s.pctx, s.ring.base, 16);
+        persist.fence(s.pctx);
         s.head = 0;
     }
 
