@@ -87,7 +87,7 @@ struct thread_slot {
     /// a thread that needs CT to pass them fences them itself (pool_state::settle).
     std::atomic<std::uint64_t> unfenced_ts{0};
     std::vector<std::uint64_t> unfenced_lines; ///< guarded by fence_lock
-    std::mutex fence_lock; ///< held by the owner from commit step 1 to the end of write-back
+    spin_lock fence_lock; ///< held by the owner from commit step 1 to the end of write-back
 
     /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0 (I3: memory
     /// freed at ts f is reused only once every running attempt began at clock >= f).

@@ -28,6 +28,25 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+/// A test-and-test-and-set lock for short, rarely contended sections (a commit's write-back
+/// against a helper that settles it). Yields after spinning a while.
+class spin_lock {
+public:
+    void lock() noexcept {
+        for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
+            while (flag_.load(std::memory_order_relaxed)) {
+                if (++spins > 256)
+                    std::this_thread::yield();
+                cpu_relax();
+            }
+        }
+    }
+    void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+private:
+    std::atomic<bool> flag_{false};
+};
+
 /// Thrown inside a transaction to abort and retry it. Not a std::exception, so that
 /// `catch (const std::exception&)` in user code does not swallow it; it never escapes
 /// tlptm::atomic.
@@ -35,18 +54,21 @@ struct tx_retry {};
 
 class orec_table {
 public:
-    static constexpr std::size_t size_log2 = 20; // 1 Mi orecs, 8 MiB
+    // 128 Ki orecs (1 MiB, mostly cache-resident), one per 32-byte granule: a small object
+    // (a hash-table node) is covered by one orec, so reading it costs one orec miss at most.
+    static constexpr std::size_t size_log2 = 17;
     static constexpr std::size_t size = std::size_t{1} << size_log2;
+    static constexpr unsigned granule_log2 = 5;
 
     orec_table() : orecs_(new std::atomic<std::uint64_t>[size]) {
         for (std::size_t i = 0; i < size; ++i)
             orecs_[i].store(0, std::memory_order_relaxed);
     }
 
-    /// The orec of the word at pool offset `offset` (8-aligned). Adjacent words map to
-    /// adjacent orecs; words 8 MiB apart share one.
+    /// The orec of the word at pool offset `offset` (8-aligned). The four words of a 32-byte
+    /// granule share one; granules 4 MiB apart share one.
     static std::uint32_t index(std::uint64_t offset) noexcept {
-        return static_cast<std::uint32_t>((offset >> 3) & (size - 1));
+        return static_cast<std::uint32_t>((offset >> granule_log2) & (size - 1));
     }
     std::atomic<std::uint64_t>& operator[](std::uint32_t i) const noexcept { return orecs_[i]; }
 
