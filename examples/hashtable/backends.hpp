@@ -1,0 +1,218 @@
+// The transactional-memory backends the workload driver runs on: tlptm (every log mode) and,
+// when libpmemobj was found at build time, PMDK's libpmemobj transactions.
+//
+// A backend owns one pool file for one run: its constructor creates the pool and an empty
+// table, its destructor closes the pool and removes the file. Each operation is one
+// transaction. A backend type provides:
+//
+//   value_type                         the value stored per key
+//   name, has_stats, supports_threads, supports_write_latency
+//   backend(const backend_config&)     create the pool and the table
+//   insert(key, v) -> bool             false if the key was present
+//   update(key, v) -> bool             false if the key was absent
+//   update_with(key, f) -> optional<v> v := f(v); the new value, or nothing if absent
+//   lookup(key) -> optional<v>
+//   erase(key) -> bool
+//   size(), count_nodes()
+//   batch(f)                           run f (several operations) as one transaction
+//   reopen()                           close the pool and open it again (the table must be
+//                                      found as it was: what was committed is durable)
+//   stats() -> tlptm::stats            counters since the pool was opened (if has_stats)
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <tlptm/tlptm.hpp>
+
+#include "hashtable.hpp"
+#include "value.hpp"
+
+#if TLPTM_WORKLOADS_HAVE_PMDK
+#include "pmdk_hashtable.hpp"
+#endif
+
+namespace workloads {
+
+/// What a backend needs to know to make the pool of one run.
+struct backend_config {
+    std::string path;                              ///< pool file (must not exist)
+    tlptm::log_mode mode = tlptm::log_mode::tlptm; ///< tlptm only
+    std::uint32_t write_ns = 0;                    ///< emulated write latency (tlptm only)
+    std::uint64_t bucket_count = 1024;
+    std::uint64_t max_nodes = 0; ///< keys the table will hold at most
+    unsigned threads = 1;        ///< threads that run transactions at once
+};
+
+/// Removes a file when destroyed (declared first in a backend: it goes last).
+class file_remover {
+public:
+    explicit file_remover(std::string path) : path_(std::move(path)) {}
+    file_remover(const file_remover&) = delete;
+    file_remover& operator=(const file_remover&) = delete;
+    ~file_remover() {
+        std::error_code ec;
+        std::filesystem::remove(path_, ec);
+    }
+    const std::string& path() const noexcept { return path_; }
+
+private:
+    std::string path_;
+};
+
+/// tlptm in one of its log modes, persistent memory emulated (durability::emulate_pmem: CPU
+/// flushes and fences only, plus the emulated write latency per line).
+template <std::size_t N> class tlptm_backend {
+public:
+    using value_type = value_t<N>;
+    using table_type = tlptm_ht::hashtable<value_type>;
+    static constexpr const char* name = "tlptm";
+    static constexpr bool has_stats = true;
+    static constexpr bool supports_threads = true;
+    static constexpr bool supports_write_latency = true;
+
+    explicit tlptm_backend(const backend_config& c)
+        : file_(c.path), options_(options_for(c)), pool_(tlptm::pool::create(c.path, options_)),
+          table_(table_type::create(pool_, c.bucket_count)) {}
+
+    tlptm_backend(const tlptm_backend&) = delete; // the table points at pool_
+    tlptm_backend& operator=(const tlptm_backend&) = delete;
+
+    ~tlptm_backend() {
+        try {
+            pool_.close();
+        } catch (...) {
+            // The file is removed next anyway.
+        }
+    }
+
+    bool insert(std::uint64_t key, const value_type& v) { return table_.insert(key, v); }
+    bool update(std::uint64_t key, const value_type& v) { return table_.update(key, v); }
+    template <class F> std::optional<value_type> update_with(std::uint64_t key, F&& f) {
+        return table_.update_with(key, std::forward<F>(f));
+    }
+    std::optional<value_type> lookup(std::uint64_t key) const { return table_.lookup(key); }
+    bool erase(std::uint64_t key) { return table_.erase(key); }
+    std::uint64_t size() const { return table_.size(); }
+    std::uint64_t count_nodes() const { return table_.count_nodes(); }
+    template <class F> void batch(F&& f) { tlptm::atomic(pool_, std::forward<F>(f)); }
+    tlptm::stats stats() const { return pool_.stats(); }
+
+    /// Closes the pool (checkpoint, unmap) and opens it again, running recovery; the counters
+    /// start again from zero.
+    void reopen() {
+        pool_.close();
+        pool_ = tlptm::pool::open(file_.path(), options_);
+        table_ = table_type::open(pool_);
+    }
+
+private:
+    static tlptm::pool_options options_for(const backend_config& c) {
+        tlptm::pool_options o;
+        o.mode = c.mode;
+        o.durability = tlptm::durability::emulate_pmem;
+        o.emulate_write_ns = c.write_ns;
+        o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
+        const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
+        // Room for the nodes in their size class, the bucket array, every log ring, and a
+        // superblock per size class per thread; twice over.
+        const std::uint64_t node_bytes = std::bit_ceil(sizeof(typename table_type::node_type));
+        const std::uint64_t data = c.max_nodes * node_bytes + buckets * 8;
+        o.size = (std::size_t{64} << 20) + std::size_t{o.max_threads} * (std::size_t{2} << 20) +
+                 2 * data;
+        return o;
+    }
+
+    file_remover file_;
+    tlptm::pool_options options_;
+    tlptm::pool pool_;
+    table_type table_;
+};
+
+#if TLPTM_WORKLOADS_HAVE_PMDK
+
+/// PMDK's libpmemobj transactions (undo log), persistent memory emulated with
+/// PMEM_IS_PMEM_FORCE=1 (set by main before the first libpmemobj call). Single thread; no
+/// emulated write latency (it cannot be injected into libpmemobj); no counters.
+template <std::size_t N> class pmdk_backend {
+public:
+    using value_type = value_t<N>;
+    using table_type = pmdk_ht::hashtable<value_type>;
+    static constexpr const char* name = "pmdk";
+    static constexpr bool has_stats = false;
+    static constexpr bool supports_threads = false;
+    static constexpr bool supports_write_latency = false;
+
+    explicit pmdk_backend(const backend_config& c)
+        : file_(c.path), pop_(make_pool(c)), table_(make_table(pop_, c)) {}
+
+    ~pmdk_backend() {
+        if (pop_ != nullptr)
+            pmemobj_close(pop_);
+    }
+
+    pmdk_backend(const pmdk_backend&) = delete;
+    pmdk_backend& operator=(const pmdk_backend&) = delete;
+
+    bool insert(std::uint64_t key, const value_type& v) { return table_.insert(key, v); }
+    bool update(std::uint64_t key, const value_type& v) { return table_.update(key, v); }
+    template <class F> std::optional<value_type> update_with(std::uint64_t key, F&& f) {
+        return table_.update_with(key, std::forward<F>(f));
+    }
+    std::optional<value_type> lookup(std::uint64_t key) const { return table_.lookup(key); }
+    bool erase(std::uint64_t key) { return table_.erase(key); }
+    std::uint64_t size() const { return table_.size(); }
+    std::uint64_t count_nodes() const { return table_.count_nodes(); }
+    template <class F> void batch(F&& f) { pmdk_ht::transaction(pop_, std::forward<F>(f)); }
+    tlptm::stats stats() const { return {}; }
+
+    /// Closes the pool and opens it again (libpmemobj maps it at a new address: the table
+    /// links are PMEMoids).
+    void reopen() {
+        pmemobj_close(pop_);
+        pop_ = pmemobj_open(file_.path().c_str(), layout);
+        if (pop_ == nullptr)
+            throw pmdk_ht::pmdk_error("pmemobj_open('" + file_.path() + "')");
+        table_ = table_type::open(pop_);
+    }
+
+private:
+    static constexpr const char* layout = "tlptm-workloads";
+
+    static PMEMobjpool* make_pool(const backend_config& c) {
+        const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
+        // libpmemobj adds a 16-byte header to each object and rounds to its allocation
+        // classes; leave twice the room.
+        const std::uint64_t node_bytes =
+            (sizeof(typename table_type::node_type) + 16 + 63) / 64 * 64;
+        const std::uint64_t size =
+            (std::uint64_t{64} << 20) + 2 * (c.max_nodes * node_bytes + buckets * sizeof(PMEMoid));
+        PMEMobjpool* pop = pmemobj_create(c.path.c_str(), layout, size, 0600);
+        if (pop == nullptr)
+            throw pmdk_ht::pmdk_error("pmemobj_create('" + c.path + "')");
+        return pop;
+    }
+
+    static table_type make_table(PMEMobjpool* pop, const backend_config& c) {
+        try {
+            return table_type::create(pop, c.bucket_count);
+        } catch (...) {
+            pmemobj_close(pop);
+            throw;
+        }
+    }
+
+    file_remover file_;
+    PMEMobjpool* pop_;
+    table_type table_;
+};
+
+#endif // TLPTM_WORKLOADS_HAVE_PMDK
+
+} // namespace workloads

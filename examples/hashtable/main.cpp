@@ -1,0 +1,431 @@
+// tlptm-workloads: the paper's workloads a / b / c on a persistent chained hash table, over
+// tlptm's log modes (baseline, aalo, cblo, tlptm) at 0 and 500 ns emulated write latency, and
+// over PMDK's libpmemobj transactions as a peer. See docs/workloads.md.
+//
+//   tlptm-workloads [--workload a|b|c|all] [--mode baseline|aalo|cblo|tlptm|all]
+//                   [--ops N] [--preload N] [--value-size BYTES] [--values small|random]
+//                   [--threads N] [--write-ns N[,N...]] [--backend tlptm|pmdk|both]
+//                   [--pool PATH] [--csv FILE] [--json FILE] [--seed N] [--quiet]
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <tlptm/tlptm.hpp>
+
+#include "backends.hpp"
+#include "driver.hpp"
+#include "results.hpp"
+#include "value.hpp"
+
+namespace {
+
+using namespace workloads;
+
+constexpr std::uint64_t default_ops_0ns = 100000;
+constexpr std::uint64_t default_ops_slow = 50000;
+constexpr std::uint64_t default_preload = 100000;
+
+#if TLPTM_WORKLOADS_HAVE_PMDK
+constexpr bool have_pmdk = true;
+#else
+constexpr bool have_pmdk = false;
+#endif
+
+struct options {
+    std::vector<workload> workloads{workload::a, workload::b, workload::c};
+    std::vector<tlptm::log_mode> modes{tlptm::log_mode::baseline, tlptm::log_mode::aalo,
+                                       tlptm::log_mode::cblo, tlptm::log_mode::tlptm};
+    std::vector<std::uint32_t> write_ns{0, 500};
+    std::optional<std::uint64_t> ops;
+    std::uint64_t preload = default_preload;
+    std::size_t value_size = 8;
+    value_kind values = value_kind::small;
+    unsigned threads = 1;
+    bool run_tlptm = true;
+    bool run_pmdk = have_pmdk;
+    std::string pool; ///< empty: a file in /dev/shm or $TMPDIR
+    std::string csv, json;
+    std::uint64_t seed = 1;
+    bool quiet = false;
+
+    std::uint64_t ops_at(std::uint32_t ns) const {
+        return ops ? *ops : (ns == 0 ? default_ops_0ns : default_ops_slow);
+    }
+};
+
+class usage_error : public std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+void print_usage(std::FILE* out) {
+    std::fprintf(
+        out,
+        "usage: tlptm-workloads [options]\n"
+        "  --workload a|b|c|all     a: 100%% inserts, b: 50%% inserts / 50%% updates,\n"
+        "                           c: 100%% updates (default all; a list like a,c works)\n"
+        "  --mode M|all             tlptm log modes: baseline, aalo, cblo, tlptm (default all)\n"
+        "  --ops N                  operations (= transactions) per run\n"
+        "                           (default %llu at 0 ns, %llu at other latencies)\n"
+        "  --preload N              keys inserted before b and c, not measured (default %llu)\n"
+        "  --value-size BYTES       8 (default), 16, 32, 64, 128, 256, 512 or 1024\n"
+        "  --values small|random    per-key counters (default) or random 64-bit values\n"
+        "  --threads N              worker threads, ops/N each (default 1; PMDK: 1 only)\n"
+        "  --write-ns N[,N...]      emulated write latency per line (default 0,500;\n"
+        "                           PMDK runs at 0 ns only)\n"
+        "  --backend tlptm|pmdk|both  (default both)\n"
+        "  --pool PATH              pool file, must not exist; removed after each run\n"
+        "                           (default: /dev/shm or $TMPDIR)\n"
+        "  --csv FILE, --json FILE  machine-readable results, one row per run\n"
+        "  --seed N                 random seed (default 1)\n"
+        "  --quiet                  print nothing but errors\n",
+        static_cast<unsigned long long>(default_ops_0ns),
+        static_cast<unsigned long long>(default_ops_slow),
+        static_cast<unsigned long long>(default_preload));
+}
+
+std::vector<std::string> split(std::string_view s) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (;;) {
+        std::size_t comma = s.find(',', start);
+        parts.emplace_back(s.substr(start, comma - start));
+        if (comma == std::string_view::npos)
+            return parts;
+        start = comma + 1;
+    }
+}
+
+std::uint64_t parse_u64(const std::string& opt, const std::string& v) {
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 19)
+        throw usage_error(opt + " needs a non-negative integer, got '" + v + "'");
+    return std::stoull(v);
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        std::string value;
+        bool has_value = false;
+        if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+            value = arg.substr(eq + 1);
+            arg.resize(eq);
+            has_value = true;
+        }
+        auto need = [&]() -> const std::string& {
+            if (!has_value) {
+                if (i + 1 >= argc)
+                    throw usage_error(arg + " needs a value");
+                value = argv[++i];
+                has_value = true;
+            }
+            return value;
+        };
+        if (arg == "--help" || arg == "-h") {
+            print_usage(stdout);
+            std::exit(0);
+        } else if (arg == "--workload") {
+            o.workloads.clear();
+            for (const std::string& w : split(need())) {
+                if (w == "all")
+                    o.workloads = {workload::a, workload::b, workload::c};
+                else if (w == "a" || w == "b" || w == "c")
+                    o.workloads.push_back(static_cast<workload>(w[0] - 'a'));
+                else
+                    throw usage_error("--workload must be a, b, c or all, got '" + w + "'");
+            }
+        } else if (arg == "--mode") {
+            o.modes.clear();
+            for (const std::string& m : split(need())) {
+                if (m == "all") {
+                    o.modes = {tlptm::log_mode::baseline, tlptm::log_mode::aalo,
+                               tlptm::log_mode::cblo, tlptm::log_mode::tlptm};
+                    continue;
+                }
+                bool found = false;
+                for (auto lm : {tlptm::log_mode::baseline, tlptm::log_mode::aalo,
+                                tlptm::log_mode::cblo, tlptm::log_mode::tlptm})
+                    if (m == tlptm::to_string(lm)) {
+                        o.modes.push_back(lm);
+                        found = true;
+                    }
+                if (!found)
+                    throw usage_error("--mode must be baseline, aalo, cblo, tlptm or all, got '" +
+                                      m + "'");
+            }
+        } else if (arg == "--ops") {
+            o.ops = parse_u64(arg, need());
+            if (*o.ops == 0)
+                throw usage_error("--ops must be at least 1");
+        } else if (arg == "--preload") {
+            o.preload = parse_u64(arg, need());
+        } else if (arg == "--value-size") {
+            o.value_size = parse_u64(arg, need());
+            bool known = false;
+            for (std::size_t s : value_sizes)
+                known = known || s == o.value_size;
+            if (!known)
+                throw usage_error("--value-size must be 8, 16, 32, 64, 128, 256, 512 or 1024");
+        } else if (arg == "--values") {
+            if (need() == "small")
+                o.values = value_kind::small;
+            else if (value == "random")
+                o.values = value_kind::random;
+            else
+                throw usage_error("--values must be small or random, got '" + value + "'");
+        } else if (arg == "--threads") {
+            std::uint64_t t = parse_u64(arg, need());
+            if (t < 1 || t > 1024)
+                throw usage_error("--threads must be in 1..1024");
+            o.threads = static_cast<unsigned>(t);
+        } else if (arg == "--write-ns") {
+            o.write_ns.clear();
+            for (const std::string& w : split(need())) {
+                std::uint64_t ns = parse_u64(arg, w);
+                if (ns > 1000000)
+                    throw usage_error("--write-ns is at most 1000000 (1 ms per line)");
+                o.write_ns.push_back(static_cast<std::uint32_t>(ns));
+            }
+        } else if (arg == "--backend") {
+            const std::string& b = need();
+            if (b != "tlptm" && b != "pmdk" && b != "both")
+                throw usage_error("--backend must be tlptm, pmdk or both, got '" + b + "'");
+            o.run_tlptm = b != "pmdk";
+            o.run_pmdk = b != "tlptm";
+        } else if (arg == "--pool") {
+            o.pool = need();
+        } else if (arg == "--csv") {
+            o.csv = need();
+        } else if (arg == "--json") {
+            o.json = need();
+        } else if (arg == "--seed") {
+            o.seed = parse_u64(arg, need());
+        } else if (arg == "--quiet" || arg == "-q") {
+            o.quiet = true;
+        } else {
+            throw usage_error("unknown option '" + arg + "'");
+        }
+        if (has_value && arg.rfind("--", 0) == 0 && value.empty())
+            throw usage_error(arg + " needs a value");
+    }
+    for (workload w : o.workloads)
+        if (w != workload::a && o.preload == 0)
+            throw usage_error(std::string("workload ") + to_string(w) +
+                              " updates existing keys: it needs --preload of at least 1");
+    return o;
+}
+
+/// The pool file of the running process, removed if the program is interrupted (a pool in
+/// /dev/shm holds RAM until it is removed).
+char interrupted_pool_path[4096];
+
+void remove_pool_and_exit(int sig) {
+    ::unlink(interrupted_pool_path); // async-signal-safe, as is _exit
+    ::_exit(128 + sig);
+}
+
+void remove_pool_on_interrupt(const std::string& path) {
+    if (path.size() >= sizeof interrupted_pool_path)
+        return;
+    std::memcpy(interrupted_pool_path, path.c_str(), path.size() + 1);
+    struct sigaction sa {};
+    sa.sa_handler = remove_pool_and_exit;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        ::sigaction(sig, &sa, nullptr);
+}
+
+/// The default pool file: in /dev/shm (RAM, the paper's NVM emulation) or else $TMPDIR.
+std::string default_pool_path() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path dir = "/dev/shm";
+    if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+        dir = fs::temp_directory_path(ec);
+    return (dir / ("tlptm-workloads-" + std::to_string(::getpid()) + ".pool")).string();
+}
+
+template <std::size_t N> int run_all(const options& o, const std::string& pool_path) {
+    std::FILE* out = stdout;
+    std::vector<run_result> rows;
+    auto record = [&](run_result r) {
+        if (!r.ok())
+            std::fprintf(stderr, "tlptm-workloads: %s FAILED: %s\n", progress_label(r).c_str(),
+                         r.error.c_str());
+        rows.push_back(std::move(r));
+    };
+    const bool pmdk = o.run_pmdk && o.threads == 1;
+    for (std::uint32_t ns : o.write_ns) {
+        for (workload wl : o.workloads) {
+            run_config c;
+            c.wl = wl;
+            c.write_ns = ns;
+            c.ops = o.ops_at(ns);
+            c.preload = o.preload;
+            c.value_size = N;
+            c.values = o.values;
+            c.threads = o.threads;
+            c.seed = o.seed;
+            c.pool_path = pool_path;
+            c.progress = !o.quiet;
+            if (o.run_tlptm) {
+                for (tlptm::log_mode m : o.modes) {
+                    c.mode = m;
+                    record(run<tlptm_backend<N>>(c));
+                }
+            }
+#if TLPTM_WORKLOADS_HAVE_PMDK
+            if (pmdk && ns == 0)
+                record(run<pmdk_backend<N>>(c));
+#else
+            (void)pmdk;
+#endif
+            if (!o.quiet) {
+                print_table(out, rows, wl, ns, o.threads);
+                std::fflush(out);
+            }
+        }
+    }
+    std::size_t failed = 0;
+    for (const run_result& r : rows)
+        failed += r.ok() ? 0 : 1;
+    if (!o.quiet) {
+        print_pmdk_comparison(out, rows);
+        std::fprintf(out,
+                     "\nverified %zu of %zu runs: size = preload + inserts = nodes in the "
+                     "chains, every key found with its latest value, 64 erases, the same after "
+                     "reopening the pool\n",
+                     rows.size() - failed, rows.size());
+    }
+    int status = failed ? 1 : 0;
+    if (!o.csv.empty() && !write_csv(o.csv, rows)) {
+        std::fprintf(stderr, "tlptm-workloads: cannot write %s: %s\n", o.csv.c_str(),
+                     std::strerror(errno));
+        status = 1;
+    }
+    if (!o.json.empty() && !write_json(o.json, rows)) {
+        std::fprintf(stderr, "tlptm-workloads: cannot write %s: %s\n", o.json.c_str(),
+                     std::strerror(errno));
+        status = 1;
+    }
+    return status;
+}
+
+void print_header(const options& o, const std::string& pool_path) {
+    std::printf("tlptm-workloads: persistent chained hash table, workloads a / b / c\n");
+    std::printf("  keys 8 B, values %zu B (%s), %u thread%s, seed %llu; one operation = one "
+                "transaction\n",
+                o.value_size, o.values == value_kind::small ? "small counters" : "random 64-bit",
+                o.threads, o.threads == 1 ? "" : "s", static_cast<unsigned long long>(o.seed));
+    std::printf("  ops per run:");
+    for (std::size_t i = 0; i < o.write_ns.size(); ++i)
+        std::printf("%s %llu at %u ns", i ? "," : "",
+                    static_cast<unsigned long long>(o.ops_at(o.write_ns[i])), o.write_ns[i]);
+    std::printf("; b and c first preload %llu keys (not measured)\n",
+                static_cast<unsigned long long>(o.preload));
+    std::printf("  pool %s (removed after each run), persistent memory emulated: tlptm "
+                "durability::emulate_pmem, PMDK PMEM_IS_PMEM_FORCE=1\n",
+                pool_path.c_str());
+    if (o.run_pmdk && !have_pmdk)
+        std::printf("  PMDK: not built (libpmemobj was not found at build time): tlptm only\n");
+#if TLPTM_WORKLOADS_HAVE_PMDK
+    if (o.run_pmdk && o.threads != 1)
+        std::printf("  PMDK: skipped, it runs single-threaded only (--threads %u asked)\n",
+                    o.threads);
+    else if (o.run_pmdk)
+        std::printf("  PMDK: libpmemobj %s transactions, at 0 ns only (an emulated write latency "
+                    "cannot be injected into libpmemobj); no persistent-memory counters\n",
+                    TLPTM_WORKLOADS_PMEMOBJ_VERSION);
+#endif
+    std::printf("  per transaction: log B = log bytes, PM B = persistent-memory bytes written "
+                "(streamed + 64 per flushed line); latency in ns;\n"
+                "  red = reduction against baseline (negative: more), gain = throughput change "
+                "against baseline\n");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    // Before the first libpmemobj call: treat the pool file as persistent memory (CPU flushes,
+    // no msync), the same emulation tlptm gets from durability::emulate_pmem.
+    ::setenv("PMEM_IS_PMEM_FORCE", "1", 1);
+    options o;
+    try {
+        o = parse(argc, argv);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "tlptm-workloads: %s\n\n", e.what());
+        print_usage(stderr);
+        return 2;
+    }
+    if (o.run_pmdk && !o.run_tlptm && !have_pmdk) {
+        std::fprintf(stderr, "tlptm-workloads: --backend pmdk: this build has no PMDK backend "
+                             "(libpmemobj was not found at build time)\n");
+        return 2;
+    }
+    if (!o.run_tlptm && o.threads != 1) {
+        std::fprintf(stderr,
+                     "tlptm-workloads: the PMDK backend runs single-threaded only "
+                     "(--threads %u asked)\n",
+                     o.threads);
+        return 2;
+    }
+    std::string pool_path = o.pool.empty() ? default_pool_path() : o.pool;
+    std::error_code ec;
+    if (std::filesystem::exists(pool_path, ec)) {
+        std::fprintf(stderr,
+                     "tlptm-workloads: the pool file %s exists; give a path that does "
+                     "not (it is created and removed by every run)\n",
+                     pool_path.c_str());
+        return 2;
+    }
+    remove_pool_on_interrupt(pool_path);
+    if (!o.quiet)
+        print_header(o, pool_path);
+    const auto start = std::chrono::steady_clock::now();
+    int status = 2;
+    switch (o.value_size) {
+    case 8:
+        status = run_all<8>(o, pool_path);
+        break;
+    case 16:
+        status = run_all<16>(o, pool_path);
+        break;
+    case 32:
+        status = run_all<32>(o, pool_path);
+        break;
+    case 64:
+        status = run_all<64>(o, pool_path);
+        break;
+    case 128:
+        status = run_all<128>(o, pool_path);
+        break;
+    case 256:
+        status = run_all<256>(o, pool_path);
+        break;
+    case 512:
+        status = run_all<512>(o, pool_path);
+        break;
+    case 1024:
+        status = run_all<1024>(o, pool_path);
+        break;
+    }
+    if (!o.quiet)
+        std::printf(
+            "total time %.1f s\n",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return status;
+}

@@ -1,0 +1,374 @@
+// The console table, CSV and JSON of the workload runs.
+#include "results.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace workloads {
+
+void run_result::measure_latency(std::vector<std::uint64_t>& ns) {
+    if (ns.empty())
+        return;
+    long double sum = std::accumulate(ns.begin(), ns.end(), static_cast<long double>(0));
+    lat_mean_ns = static_cast<double>(sum / static_cast<long double>(ns.size()));
+    auto at = [&](double q) {
+        auto k = static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1) + 0.5);
+        std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
+        return static_cast<double>(ns[k]);
+    };
+    lat_p50_ns = at(0.50);
+    lat_p99_ns = at(0.99);
+}
+
+std::string progress_label(const run_result& r) {
+    std::string s =
+        "[" + std::string(to_string(r.wl)) + "/" + r.mode + " " + std::to_string(r.write_ns) + "ns";
+    if (r.threads > 1)
+        s += " " + std::to_string(r.threads) + "t";
+    return s + "]";
+}
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+/// A figure of a run, as the table, the CSV and the JSON show it.
+struct figure {
+    const char* column;    ///< CSV column / JSON key
+    const char* change;    ///< CSV column / JSON key of its change against baseline
+    const char* title;     ///< table header
+    bool needs_stats;      ///< only backends with counters have it
+    bool higher_is_better; ///< throughput: report the gain rather than the reduction
+    int decimals;          ///< in the table; -1: k / M suffixes
+    double (*get)(const run_result&);
+};
+
+const figure figures[] = {
+    {"log_bytes_per_tx", "log_bytes_reduction_pct", "log B/tx", true, false, 1,
+     [](const run_result& r) { return r.per_tx(r.pm.log_bytes); }},
+    {"pm_bytes_per_tx", "pm_bytes_reduction_pct", "PM B/tx", true, false, 1,
+     [](const run_result& r) { return r.per_tx(r.pm.pm_bytes_written()); }},
+    {"flushed_lines_per_tx", "flushed_lines_reduction_pct", "lines/tx", true, false, 2,
+     [](const run_result& r) { return r.per_tx(r.pm.flushed_lines); }},
+    {"fences_per_tx", "fences_reduction_pct", "fences/tx", true, false, 2,
+     [](const run_result& r) { return r.per_tx(r.pm.fences); }},
+    {"lat_mean_ns", "lat_mean_reduction_pct", "mean ns", false, false, 0,
+     [](const run_result& r) { return r.lat_mean_ns; }},
+    {"lat_p50_ns", "lat_p50_reduction_pct", "p50 ns", false, false, 0,
+     [](const run_result& r) { return r.lat_p50_ns; }},
+    {"lat_p99_ns", "lat_p99_reduction_pct", "p99 ns", false, false, 0,
+     [](const run_result& r) { return r.lat_p99_ns; }},
+    {"throughput_tx_s", "throughput_gain_pct", "tx/s", false, true, -1,
+     [](const run_result& r) { return r.throughput(); }},
+};
+
+/// Figures only the files carry.
+const figure extra_figures[] = {
+    {"streamed_bytes_per_tx", nullptr, nullptr, true, false, 1,
+     [](const run_result& r) { return r.per_tx(r.pm.streamed_bytes); }},
+    {"data_bytes_per_tx", nullptr, nullptr, true, false, 1,
+     [](const run_result& r) { return r.per_tx(r.pm.data_bytes_written); }},
+    {"aalo_bytes_per_tx", nullptr, nullptr, true, false, 1,
+     [](const run_result& r) { return r.per_tx(r.pm.aalo_bytes); }},
+    {"aborts_per_tx", nullptr, nullptr, true, false, 4,
+     [](const run_result& r) { return r.per_tx(r.pm.tx_aborted); }},
+};
+
+double value_of(const figure& f, const run_result& r) {
+    if (!r.ok() || (f.needs_stats && !r.has_stats))
+        return nan;
+    return f.get(r);
+}
+
+bool same_config(const run_result& a, const run_result& b) {
+    return a.wl == b.wl && a.value_size == b.value_size && a.values == b.values && a.ops == b.ops &&
+           a.preload == b.preload;
+}
+
+/// The tlptm baseline run that `r` is compared with, or nullptr.
+const run_result* baseline_of(const std::vector<run_result>& rows, const run_result& r) {
+    if (r.backend != "tlptm")
+        return nullptr;
+    for (const run_result& b : rows)
+        if (b.backend == "tlptm" && b.mode == "baseline" && b.ok() && same_config(b, r) &&
+            b.write_ns == r.write_ns && b.threads == r.threads)
+            return &b;
+    return nullptr;
+}
+
+/// The PMDK run that `r` is compared with (same workload, one thread, 0 ns), or nullptr.
+const run_result* pmdk_of(const std::vector<run_result>& rows, const run_result& r) {
+    if (r.backend != "tlptm" || r.threads != 1 || r.write_ns != 0)
+        return nullptr;
+    for (const run_result& p : rows)
+        if (p.backend == "pmdk" && p.ok() && p.wl == r.wl && p.value_size == r.value_size &&
+            p.values == r.values && p.threads == 1 && p.write_ns == 0)
+            return &p;
+    return nullptr;
+}
+
+/// Change of `f` of `r` against `base` in percent: the reduction of a cost, the gain of a
+/// throughput. NaN when either is missing or the base is 0.
+double change(const figure& f, const run_result* base, const run_result& r) {
+    if (!base)
+        return nan;
+    double b = value_of(f, *base), x = value_of(f, r);
+    if (std::isnan(b) || std::isnan(x) || b == 0)
+        return nan;
+    return f.higher_is_better ? (x - b) / b * 100 : (b - x) / b * 100;
+}
+
+double pmdk_ratio(const std::vector<run_result>& rows, const run_result& r) {
+    const run_result* p = pmdk_of(rows, r);
+    if (!p || !r.ok() || p->throughput() == 0)
+        return nan;
+    return r.throughput() / p->throughput();
+}
+
+std::string format(double v, int decimals) {
+    if (std::isnan(v))
+        return "-";
+    char buf[64];
+    if (decimals >= 0)
+        std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    else if (v >= 1e6)
+        std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+    else if (v >= 1e3)
+        std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+    else
+        std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+}
+
+std::string format_pct(double v) {
+    if (std::isnan(v))
+        return "";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", std::fabs(v) < 0.5 ? 0.0 : v); // no "-0%"
+    return buf;
+}
+
+/// A number for CSV / JSON: fixed decimals, "" for NaN.
+std::string plain(double v, int decimals) {
+    if (std::isnan(v))
+        return "";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+constexpr int file_decimals(const figure& f) {
+    return f.decimals < 0 ? 1 : (f.decimals == 0 ? 1 : f.decimals + 2);
+}
+
+std::string csv_quote(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos)
+        return s;
+    std::string q = "\"";
+    for (char c : s) {
+        if (c == '"')
+            q += '"';
+        q += c == '\n' ? ' ' : c;
+    }
+    return q + "\"";
+}
+
+std::string json_string(const std::string& s) {
+    std::string q = "\"";
+    for (unsigned char c : s) {
+        switch (c) {
+        case '"':
+            q += "\\\"";
+            break;
+        case '\\':
+            q += "\\\\";
+            break;
+        case '\n':
+            q += "\\n";
+            break;
+        case '\t':
+            q += "\\t";
+            break;
+        default:
+            if (c < 0x20) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                q += buf;
+            } else {
+                q += static_cast<char>(c);
+            }
+        }
+    }
+    return q + "\"";
+}
+
+/// The columns of a run in file order: (name, value or "" / null, is a string).
+struct field {
+    std::string name;
+    std::string value;
+    bool is_string;
+};
+
+std::vector<field> fields_of(const std::vector<run_result>& rows, const run_result& r) {
+    std::vector<field> f = {
+        {"backend", r.backend, true},
+        {"workload", to_string(r.wl), true},
+        {"mode", r.mode, true},
+        {"write_ns", std::to_string(r.write_ns), false},
+        {"threads", std::to_string(r.threads), false},
+        {"ops", std::to_string(r.ops), false},
+        {"preload", std::to_string(r.preload), false},
+        {"value_size", std::to_string(r.value_size), false},
+        {"values", to_string(r.values), true},
+        {"inserts", std::to_string(r.inserts), false},
+        {"updates", std::to_string(r.updates), false},
+        {"seconds", plain(r.ok() ? r.seconds : nan, 6), false},
+    };
+    const run_result* base = baseline_of(rows, r);
+    for (const figure& g : figures)
+        f.push_back({g.column, plain(value_of(g, r), file_decimals(g)), false});
+    for (const figure& g : extra_figures)
+        f.push_back({g.column, plain(value_of(g, r), file_decimals(g)), false});
+    for (const figure& g : figures)
+        f.push_back({g.change, plain(change(g, base, r), 2), false});
+    f.push_back({"throughput_vs_pmdk", plain(pmdk_ratio(rows, r), 4), false});
+    f.push_back({"verified", r.verified ? "true" : "false", false});
+    f.push_back({"error", r.error, true});
+    return f;
+}
+
+struct file_closer {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+
+} // namespace
+
+void print_table(std::FILE* out, const std::vector<run_result>& rows, workload wl,
+                 std::uint32_t write_ns, unsigned threads) {
+    std::vector<const run_result*> sel;
+    for (const run_result& r : rows)
+        if (r.wl == wl && r.write_ns == write_ns && r.threads == threads)
+            sel.push_back(&r);
+    if (sel.empty())
+        return;
+    const run_result& first = *sel.front();
+    std::fprintf(out, "\nworkload %s: %s\n  %llu ops", to_string(wl), describe(wl),
+                 static_cast<unsigned long long>(first.ops));
+    if (first.preload)
+        std::fprintf(out, " after a preload of %llu keys",
+                     static_cast<unsigned long long>(first.preload));
+    std::fprintf(out, ", %u ns emulated write latency, %u thread%s\n", write_ns, threads,
+                 threads == 1 ? "" : "s");
+
+    std::fprintf(out, "  %-9s", "mode");
+    for (const figure& f : figures)
+        std::fprintf(out, " %9s %5s", f.title, f.higher_is_better ? "gain" : "red");
+    std::fprintf(out, "\n");
+    for (const run_result* r : sel) {
+        std::fprintf(out, "  %-9s", r->mode.c_str());
+        if (!r->ok()) {
+            std::fprintf(out, " FAILED: %s\n", r->error.c_str());
+            continue;
+        }
+        const run_result* base = baseline_of(rows, *r);
+        for (const figure& f : figures) {
+            std::string pct = base == r ? "" : format_pct(change(f, base, *r));
+            std::fprintf(out, " %9s %5s", format(value_of(f, *r), f.decimals).c_str(), pct.c_str());
+        }
+        std::fprintf(out, "\n");
+    }
+    std::string ratios;
+    for (const run_result* r : sel) {
+        double q = pmdk_ratio(rows, *r);
+        if (!std::isnan(q)) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s %.2fx  ", r->mode.c_str(), q);
+            ratios += buf;
+        }
+    }
+    if (!ratios.empty())
+        std::fprintf(out, "  throughput tlptm / PMDK: %s\n", ratios.c_str());
+}
+
+void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) {
+    std::vector<const run_result*> pmdk;
+    std::vector<std::string> modes;
+    for (const run_result& r : rows) {
+        if (r.backend == "pmdk" && r.ok())
+            pmdk.push_back(&r);
+        if (r.backend == "tlptm" && r.threads == 1 && r.write_ns == 0 &&
+            std::find(modes.begin(), modes.end(), r.mode) == modes.end())
+            modes.push_back(r.mode);
+    }
+    if (pmdk.empty() || modes.empty())
+        return;
+    std::fprintf(out, "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns): throughput tlptm / PMDK\n");
+    std::fprintf(out, "  %-8s %10s %12s", "workload", "PMDK tx/s", "PMDK mean ns");
+    for (const std::string& m : modes)
+        std::fprintf(out, " %9s", m.c_str());
+    std::fprintf(out, "\n");
+    for (const run_result* p : pmdk) {
+        std::fprintf(out, "  %-8s %10s %12s", to_string(p->wl), format(p->throughput(), -1).c_str(),
+                     format(p->lat_mean_ns, 0).c_str());
+        for (const std::string& m : modes) {
+            double q = nan;
+            for (const run_result& r : rows)
+                if (r.backend == "tlptm" && r.mode == m && r.wl == p->wl && r.threads == 1 &&
+                    r.write_ns == 0)
+                    q = pmdk_ratio(rows, r);
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.2fx", q);
+            std::fprintf(out, " %9s", std::isnan(q) ? "-" : buf);
+        }
+        std::fprintf(out, "\n");
+    }
+}
+
+bool write_csv(const std::string& path, const std::vector<run_result>& rows) {
+    std::unique_ptr<std::FILE, file_closer> f(std::fopen(path.c_str(), "w"));
+    if (!f)
+        return false;
+    bool header = true;
+    for (const run_result& r : rows) {
+        std::vector<field> fs = fields_of(rows, r);
+        if (header) {
+            for (std::size_t i = 0; i < fs.size(); ++i)
+                std::fprintf(f.get(), "%s%s", i ? "," : "", fs[i].name.c_str());
+            std::fprintf(f.get(), "\n");
+            header = false;
+        }
+        for (std::size_t i = 0; i < fs.size(); ++i)
+            std::fprintf(f.get(), "%s%s", i ? "," : "", csv_quote(fs[i].value).c_str());
+        std::fprintf(f.get(), "\n");
+    }
+    return std::fflush(f.get()) == 0 && !std::ferror(f.get());
+}
+
+bool write_json(const std::string& path, const std::vector<run_result>& rows) {
+    std::unique_ptr<std::FILE, file_closer> f(std::fopen(path.c_str(), "w"));
+    if (!f)
+        return false;
+    std::fprintf(f.get(), "{\n  \"tool\": \"tlptm-workloads\",\n  \"results\": [");
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+        std::vector<field> fs = fields_of(rows, rows[k]);
+        std::fprintf(f.get(), "%s\n    {", k ? "," : "");
+        for (std::size_t i = 0; i < fs.size(); ++i) {
+            std::string v = fs[i].is_string       ? json_string(fs[i].value)
+                            : fs[i].value.empty() ? "null"
+                                                  : fs[i].value;
+            std::fprintf(f.get(), "%s\"%s\": %s", i ? ", " : "", fs[i].name.c_str(), v.c_str());
+        }
+        std::fprintf(f.get(), "}");
+    }
+    std::fprintf(f.get(), "\n  ]\n}\n");
+    return std::fflush(f.get()) == 0 && !std::ferror(f.get());
+}
+
+} // namespace workloads
