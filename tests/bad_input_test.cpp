@@ -40,29 +40,8 @@ using tlptm_test::temp_path;
 
 // ---- files -----------------------------------------------------------------------------------
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    REQUIRE_MESSAGE(fd >= 0, "cannot open " << path << ": " << std::strerror(errno));
-    struct stat sb {};
-    REQUIRE(::fstat(fd, &sb) == 0);
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(sb.st_size));
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t got =
-            ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-        REQUIRE(got > 0);
-        done += static_cast<std::size_t>(got);
-    }
-    ::close(fd);
-    return bytes;
-}
-
-void write_at(const std::string& path, std::uint64_t offset, const void* src, std::size_t n) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    REQUIRE_MESSAGE(fd >= 0, "cannot open " << path << ": " << std::strerror(errno));
-    REQUIRE(::pwrite(fd, src, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n));
-    ::close(fd);
-}
+using tlptm_test::read_file;
+using tlptm_test::write_at;
 
 template <class T> void write_value(const std::string& path, std::uint64_t offset, const T& v) {
     write_at(path, offset, &v, sizeof v);

@@ -54,36 +54,8 @@ using tlptm_test::temp_path;
 
 // ---- files and processes ---------------------------------------------------------------------
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    REQUIRE_MESSAGE(fd >= 0, "cannot open " << path << ": " << std::strerror(errno));
-    struct stat sb {};
-    REQUIRE(::fstat(fd, &sb) == 0);
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(sb.st_size));
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t got =
-            ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-        REQUIRE(got > 0);
-        done += static_cast<std::size_t>(got);
-    }
-    ::close(fd);
-    return bytes;
-}
-
-/// Overwrites the whole file with `bytes` (a saved image of the same size).
-void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t put =
-            ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-        REQUIRE(put > 0);
-        done += static_cast<std::size_t>(put);
-    }
-    ::close(fd);
-}
+using tlptm_test::read_file;
+using tlptm_test::write_file;
 
 /// Reads the pool header from a file (no library code involved).
 pool_header read_header(const std::string& path) {

@@ -1,13 +1,19 @@
 // Helpers shared by the tests: temporary pool paths and small process utilities.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <tlptm/tlptm.hpp>
 
@@ -55,6 +61,53 @@ inline tlptm::pool_options small_options(tlptm::log_mode mode = tlptm::log_mode:
     o.mode = mode;
     o.durability = tlptm::durability::emulate_pmem;
     return o;
+}
+
+/// The whole contents of a file (a pool image). Throws std::runtime_error on failure.
+inline std::vector<std::uint8_t> read_file(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+    struct stat sb {};
+    std::vector<std::uint8_t> bytes;
+    if (::fstat(fd, &sb) == 0)
+        bytes.resize(static_cast<std::size_t>(sb.st_size));
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t got =
+            ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+        if (got <= 0)
+            break;
+        done += static_cast<std::size_t>(got);
+    }
+    ::close(fd);
+    if (done != bytes.size())
+        throw std::runtime_error("cannot read " + path);
+    return bytes;
+}
+
+/// Writes n bytes at `offset` of an existing file (to forge or damage a closed pool).
+inline void write_at(const std::string& path, std::uint64_t offset, const void* src,
+                     std::size_t n) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+    std::size_t done = 0;
+    while (done < n) {
+        ssize_t put = ::pwrite(fd, static_cast<const std::uint8_t*>(src) + done, n - done,
+                               static_cast<off_t>(offset + done));
+        if (put <= 0)
+            break;
+        done += static_cast<std::size_t>(put);
+    }
+    ::close(fd);
+    if (done != n)
+        throw std::runtime_error("cannot write " + path);
+}
+
+/// Overwrites a file with a saved image of the same size.
+inline void write_file(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+    write_at(path, 0, bytes.data(), bytes.size());
 }
 
 } // namespace tlptm_test

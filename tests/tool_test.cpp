@@ -107,28 +107,9 @@ std::uint64_t report_number(const std::string& text, const std::string& key) {
 // ---- pool files ------------------------------------------------------------------------------
 
 std::vector<std::uint8_t> read_bytes(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    struct stat sb {};
-    REQUIRE(::fstat(fd, &sb) == 0);
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(sb.st_size));
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t got =
-            ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-        REQUIRE(got > 0);
-        done += static_cast<std::size_t>(got);
-    }
-    ::close(fd);
-    return bytes;
+    return tlptm_test::read_file(path);
 }
-
-void write_at(const std::string& path, std::uint64_t offset, const void* data, std::size_t n) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    REQUIRE(::pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n));
-    ::close(fd);
-}
+using tlptm_test::write_at;
 
 /// Header fields of a pool file (offsets of tlptm::detail::pool_header).
 struct pool_geometry {
