@@ -27,6 +27,19 @@ inline std::uint64_t byte_mask(std::size_t skip, std::size_t n) noexcept {
     return m << (8 * skip);
 }
 
+/// Calls f(word, skip, take, done) for each aligned 8-byte word covering [at, at + n): the
+/// word's address (or offset), the first byte of the range in it, how many bytes of the range
+/// it holds, and how many bytes of the range came before it.
+template <class F> inline void for_each_word(std::uint64_t at, std::size_t n, F&& f) {
+    std::uint64_t w = at & ~std::uint64_t{7};
+    std::size_t skip = at - w;
+    for (std::size_t done = 0; done < n; w += 8, skip = 0) {
+        std::size_t take = std::min<std::size_t>(8 - skip, n - done);
+        f(w, skip, take, done);
+        done += take;
+    }
+}
+
 /// Aborts the running attempt: it will be retried by tlptm::atomic.
 [[noreturn]] inline void conflict(thread_slot& s) {
     s.doomed = true;
@@ -108,25 +121,19 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
         std::memcpy(dst, src, n);
         return;
     }
-    std::uint64_t w = off & ~std::uint64_t{7};
-    std::size_t skip = off - w;
-    while (n > 0) {
-        std::uint64_t v;
-        const auto* e = s.writes.find(w);
-        if (e && e->mask == ~std::uint64_t{0})
-            v = e->value; // read own write: no need to look at the pool
-        else {
-            v = read_word(s, w);
-            if (e)
-                v = (v & ~e->mask) | (e->value & e->mask);
-        }
-        std::size_t take = std::min<std::size_t>(8 - skip, n);
-        std::memcpy(out, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
-        out += take;
-        n -= take;
-        skip = 0;
-        w += 8;
-    }
+    for_each_word(
+        off, n, [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
+            std::uint64_t v;
+            const auto* e = s.writes.find(w);
+            if (e && e->mask == ~std::uint64_t{0}) {
+                v = e->value; // read own write: no need to look at the pool
+            } else {
+                v = read_word(s, w);
+                if (e)
+                    v = (v & ~e->mask) | (e->value & e->mask);
+            }
+            std::memcpy(out + done, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
+        });
 }
 
 /// Reads n bytes of the pool outside any transaction: word by word with atomic loads (no
@@ -139,18 +146,11 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
         return;
     }
     auto* out = static_cast<std::uint8_t*>(dst);
-    std::uintptr_t w = a & ~std::uintptr_t{7};
-    std::size_t skip = a - w;
-    while (n > 0) {
+    for_each_word(a, n, [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
         std::uint64_t v =
             __atomic_load_n(reinterpret_cast<const std::uint64_t*>(w), __ATOMIC_ACQUIRE);
-        std::size_t take = std::min<std::size_t>(8 - skip, n);
-        std::memcpy(out, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
-        out += take;
-        n -= take;
-        skip = 0;
-        w += 8;
-    }
+        std::memcpy(out + done, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
+    });
 }
 
 /// Buffers a store of n bytes from src to dst in the write-set, wherever dst is in the pool
@@ -158,19 +158,12 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
 inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::size_t n) {
     pool_state& st = *s.pool;
     auto* in = static_cast<const std::uint8_t*>(src);
-    std::uint64_t off = st.offset_of(dst);
-    std::uint64_t w = off & ~std::uint64_t{7};
-    std::size_t skip = off - w;
-    while (n > 0) {
-        std::size_t take = std::min<std::size_t>(8 - skip, n);
-        std::uint64_t v = 0;
-        std::memcpy(reinterpret_cast<std::uint8_t*>(&v) + skip, in, take);
-        s.writes.put(w, v, byte_mask(skip, take));
-        in += take;
-        n -= take;
-        skip = 0;
-        w += 8;
-    }
+    for_each_word(st.offset_of(dst), n,
+                  [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
+                      std::uint64_t v = 0;
+                      std::memcpy(reinterpret_cast<std::uint8_t*>(&v) + skip, in + done, take);
+                      s.writes.put(w, v, byte_mask(skip, take));
+                  });
 }
 
 /// A store of n bytes from src to dst (in the pool's heap) by the transaction: in place if dst
