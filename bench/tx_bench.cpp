@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -118,6 +119,53 @@ void bm_pointer_chase(benchmark::State& state) {
     report(state, b.pool.stats() - s0);
 }
 
+/// Shared by the threads of the multi-threaded benchmarks: made by thread 0 before the loop
+/// (the loop's start is a barrier), removed by thread 0 after it.
+std::unique_ptr<bench_pool> shared_pool;
+
+/// Update throughput with 1 or 2 threads: each transaction writes 4 words that are the
+/// thread's own (range(0) = 0: disjoint, different orecs) or the same for every thread
+/// (range(0) = 1: overlapping, every pair of concurrent transactions conflicts).
+void bm_update_threads(benchmark::State& state) {
+    if (state.thread_index() == 0)
+        shared_pool = std::make_unique<bench_pool>(tlptm::log_mode::tlptm);
+    bool overlap = state.range(0) == 1;
+    std::size_t first = overlap ? 0 : 16 * static_cast<std::size_t>(state.thread_index());
+    tlptm::stats s0;
+    if (state.thread_index() == 0)
+        s0 = shared_pool->pool.stats();
+    std::uint64_t v = 0;
+    for (auto _ : state) {
+        ++v;
+        tlptm::atomic(shared_pool->pool, [&] {
+            for (std::size_t i = 0; i < 4; ++i)
+                shared_pool->root->words[first + i] += v;
+        });
+    }
+    if (state.thread_index() == 0) {
+        auto d = shared_pool->pool.stats() - s0;
+        double n = static_cast<double>(d.tx_committed);
+        state.counters["aborts/tx"] = static_cast<double>(d.tx_aborted) / n;
+        state.counters["fences/tx"] = static_cast<double>(d.fences) / n;
+        state.SetLabel(overlap ? "overlapping" : "disjoint");
+        shared_pool.reset();
+    }
+    state.SetItemsProcessed(state.iterations());
+}
+
+/// One transaction that allocates a 32-byte node and one that frees it, per iteration.
+void bm_alloc_free(benchmark::State& state) {
+    if (state.thread_index() == 0)
+        shared_pool = std::make_unique<bench_pool>(tlptm::log_mode::tlptm);
+    for (auto _ : state) {
+        chase_node* n = tlptm::atomic(shared_pool->pool, [&] { return tlptm::make<chase_node>(); });
+        tlptm::atomic(shared_pool->pool, [&] { tlptm::destroy(n); });
+    }
+    if (state.thread_index() == 0)
+        shared_pool.reset();
+    state.SetItemsProcessed(state.iterations());
+}
+
 void modes(benchmark::internal::Benchmark* b) {
     for (auto m : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm})
         b->Arg(static_cast<int>(m));
@@ -130,5 +178,7 @@ BENCHMARK(bm_update<1>)->Apply(modes);
 BENCHMARK(bm_update<10>)->Apply(modes);
 BENCHMARK(bm_read_only)->Apply(modes);
 BENCHMARK(bm_pointer_chase)->Apply(modes);
+BENCHMARK(bm_update_threads)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(bm_alloc_free)->Threads(1)->Threads(2)->UseRealTime();
 
 BENCHMARK_MAIN();
