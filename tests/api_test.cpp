@@ -26,14 +26,16 @@ struct twenty_four {
 #pragma pack(push, 1)
 struct packed_fields {
     std::uint8_t pad1;
-    tlptm::p<std::uint64_t> unaligned64; // at offset 1: spans two words
-    tlptm::p<std::uint16_t> unaligned16; // at offset 9
+    tlptm::p<std::uint64_t, 1> unaligned64; // at offset 1: spans two words
+    tlptm::p<std::uint16_t, 1> unaligned16; // at offset 9
     std::uint8_t pad2[5];
-    tlptm::p<twelve> unaligned12; // at offset 16 + ... see static_asserts
+    tlptm::p<twelve, 1> unaligned12; // at offset 16
 };
 #pragma pack(pop)
 static_assert(offsetof(packed_fields, unaligned64) == 1);
 static_assert(offsetof(packed_fields, unaligned16) == 9);
+static_assert(offsetof(packed_fields, unaligned12) == 16);
+static_assert(alignof(tlptm::p<std::uint64_t, 1>) == 1);
 
 struct node {
     tlptm::p<std::uint64_t> key;

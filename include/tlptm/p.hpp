@@ -13,22 +13,26 @@
 
 namespace tlptm {
 
-/// A field of type T that lives in a pool. Stores go through the running transaction (they
-/// are buffered and logged, and become visible and durable at commit); reads inside a
-/// transaction see the transaction's own stores. Any trivially copyable T, of any size and
-/// alignment (sub-word, multi-word, packed fields). Same size and layout as T.
+/// A field of type T that lives in a pool, aligned to `Align` (by default T's alignment). Stores go
+/// through the running transaction (they are buffered and logged, and become visible and durable at
+/// commit); reads inside a transaction see the transaction's own stores. Any trivially copyable T,
+/// of any size and alignment (sub-word, multi-word fields). Same size as T, and the same alignment
+/// unless `Align` says otherwise: a field at an unaligned place (inside a `#pragma pack(1)` struct)
+/// must be declared `p<T, 1>`, since an object may not sit below its type's alignment.
 ///
 /// Reads outside a transaction read the pool directly, word by word (no snapshot across words:
 /// use a transaction to read a multi-word value that other threads may be writing).
 /// Stores outside a transaction throw tx_scope_error.
-template <class T> class p {
+template <class T, std::size_t Align = alignof(T)> class p {
     static_assert(std::is_trivially_copyable_v<T>,
                   "tlptm::p<T> needs a trivially copyable T (its bytes are logged and replayed)");
+    static_assert(Align > 0 && (Align & (Align - 1)) == 0 && Align <= alignof(T),
+                  "tlptm::p<T, Align>: Align must be a power of two no larger than alignof(T)");
 
 public:
     p() = default;
     /// Initialises the bytes directly (for objects built outside the pool).
-    p(const T& v) noexcept : v_(v) {}
+    p(const T& v) noexcept { std::memcpy(v_, &v, sizeof(T)); }
     p(const p&) = default;
 
     /// Transactional store of v.
@@ -38,7 +42,7 @@ public:
         if (!s)
             throw tx_scope_error("tlptm: store to a tlptm::p<T> outside a transaction; wrap it "
                                  "in tlptm::atomic");
-        detail::tx_write(*s, &v_, &v, sizeof(T));
+        detail::tx_write(*s, v_, &v, sizeof(T));
         return *this;
     }
     p& operator=(const p& o) { return *this = o.get(); }
@@ -47,9 +51,9 @@ public:
     T get() const {
         std::array<std::byte, sizeof(T)> buf;
         if (detail::thread_slot* s = detail::current_tx)
-            detail::tx_read(*s, buf.data(), &v_, sizeof(T));
+            detail::tx_read(*s, buf.data(), v_, sizeof(T));
         else
-            detail::plain_read(buf.data(), &v_, sizeof(T));
+            detail::plain_read(buf.data(), v_, sizeof(T));
         return std::bit_cast<T>(buf);
     }
     operator T() const { return get(); }
@@ -106,7 +110,7 @@ public:
     }
 
 private:
-    T v_;
+    alignas(Align) unsigned char v_[sizeof(T)]; // T's bytes, as they are logged and replayed
 };
 
 } // namespace tlptm
