@@ -261,11 +261,11 @@ inline void lock_write_set(thread_slot& s) {
     }
 }
 
-/// Flushes every line of AALO memory the transaction wrote, once each.
-inline void flush_aalo(thread_slot& s) {
+/// Flushes every line of AALO memory the transaction wrote, once each; false if there was none.
+inline bool flush_aalo(thread_slot& s) {
     auto& dirty = s.alloc.aalo_dirty;
     if (dirty.empty())
-        return;
+        return false;
     pool_state& st = *s.pool;
     std::vector<std::uint64_t>& lines = s.alloc.lines;
     lines.clear();
@@ -277,6 +277,7 @@ inline void flush_aalo(thread_slot& s) {
     lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
     for (std::uint64_t l : lines)
         st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
+    return true;
 }
 
 /// Commits the slot's transaction (DESIGN §4).
@@ -320,8 +321,14 @@ inline void commit(thread_slot& s) {
         conflict(s);
     }
 
-    // Step 2 (I4): the AALO lines are written back before F1 makes the transaction committed.
-    flush_aalo(s);
+    // Step 2 (I4): the AALO lines are durable before the entry can be. A fence of their own
+    // (F0) is needed: the entry's non-temporal stores may reach persistent memory before F1,
+    // and a complete entry validates and is replayed whether or not F1 ran, so without F0 a
+    // crash could replay a transaction whose new objects never reached persistent memory
+    // (found by the crash-image sweep, tests/persistency_test.cpp). Only transactions that
+    // wrote memory they allocated pay it.
+    if (flush_aalo(s))
+        st.persist.fence(s.pctx);
 
     // Step 3: the entry goes out with non-temporal stores.
     std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
