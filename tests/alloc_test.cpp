@@ -175,6 +175,28 @@ TEST_CASE("out_of_memory aborts the transaction, keeps the pool usable and loses
     CHECK(again == old);
 }
 
+TEST_CASE("a freed small block is found again when the heap is full (no spurious out_of_memory)") {
+    tlptm_test::temp_path path("oomsmall");
+    auto pool = tlptm::pool::create(path, opts(tlptm::log_mode::tlptm, 8 << 20));
+    auto* r = pool.root<alloc_root>();
+    int kept = 0;
+    for (; kept < 512; ++kept) {
+        try {
+            tlptm::atomic(
+                pool, [&](tlptm::tx& tx) { r->keep[kept] = static_cast<char*>(tx.alloc(32768)); });
+        } catch (const tlptm::out_of_memory&) {
+            break;
+        }
+    }
+    REQUIRE(kept < 512);
+    char* victim = r->keep[kept / 2];
+    tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(victim); });
+    // The block sits in a superblock this thread owns, behind I3: the first try must find it.
+    char* again =
+        tlptm::atomic(pool, [&](tlptm::tx& tx) { return static_cast<char*>(tx.alloc(32768)); });
+    CHECK(again == victim);
+}
+
 TEST_CASE("many threads allocate and free at random: no overlap, cross-thread frees") {
     tlptm_test::temp_path path("allocthreads");
     auto pool = tlptm::pool::create(path, opts(tlptm::log_mode::tlptm, 64 << 20));

@@ -92,25 +92,26 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
     if (n <= max_small_size) {
         std::size_t cls = class_of(n);
         std::int64_t sb = -1, b = -1;
-        for (int round = 0; round < 2 && b < 0; ++round) {
+        auto from_local = [&] {
             auto& local = h.local(s.index, cls);
             for (std::size_t k = local.size(); k-- > 0 && b < 0;)
                 if ((b = h.claim_block(local[k])) >= 0)
                     sb = local[k];
-            if (b < 0 && round == 0)
-                reclaim(s, false);
-        }
-        if (b < 0) {
+        };
+        // Own superblocks; then frees I3 already allows; then a superblock from the global
+        // pool; then, memory being short, advance CT for the frees that wait for it.
+        for (int round = 0; round < 2 && b < 0; ++round) {
+            from_local();
+            if (b >= 0)
+                break;
+            reclaim(s, round == 1);
+            from_local();
+            if (b >= 0)
+                break;
             bool fresh = false;
             sb = h.take_superblock(s.index, cls, fresh);
-            if (sb < 0) {
-                reclaim(s, true);
-                sb = h.take_superblock(s.index, cls, fresh);
-            }
             if (sb < 0)
-                throw out_of_memory("tlptm: pool '" + st.path +
-                                    "' is full: no room for a block of " +
-                                    std::to_string(size_classes[cls]) + " bytes");
+                continue;
             auto i = static_cast<std::uint32_t>(sb);
             if (fresh) {
                 s.alloc.sb_claims.push_back({i, sb_kind::small, static_cast<std::uint32_t>(cls)});
@@ -118,6 +119,9 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
             }
             b = h.claim_block(i);
         }
+        if (b < 0)
+            throw out_of_memory("tlptm: pool '" + st.path + "' is full: no room for a block of " +
+                                std::to_string(size_classes[cls]) + " bytes");
         auto i = static_cast<std::uint32_t>(sb);
         auto blk = static_cast<std::uint32_t>(b);
         s.alloc.claims.push_back({i, blk, false, false});

@@ -60,10 +60,7 @@ public:
     static constexpr std::size_t size = std::size_t{1} << size_log2;
     static constexpr unsigned granule_log2 = 5;
 
-    orec_table() : orecs_(new std::atomic<std::uint64_t>[size]) {
-        for (std::size_t i = 0; i < size; ++i)
-            orecs_[i].store(0, std::memory_order_relaxed);
-    }
+    orec_table() : orecs_(new std::atomic<std::uint64_t>[size]) {} // C++20: value-initialised
 
     /// The orec of the word at pool offset `offset` (8-aligned). The four words of a 32-byte
     /// granule share one; granules 4 MiB apart share one.

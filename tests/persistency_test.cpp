@@ -1,0 +1,400 @@
+// Crash consistency under x86 persistency, checked at every flush and fence
+// (DESIGN.md §4, §5 I1-I5, §8): the harness of tests/harness/ traces every store, flush and
+// fence of a scenario, builds every pool image a power failure may leave at each crash point,
+// recovers each and compares it with a reference model. docs/crash-testing.md describes it.
+//
+// CI runs a bounded sweep. TLPTM_SWEEP=long runs the long one (more transactions, every image
+// of small crash points, every crashed recovery); TLPTM_SWEEP_SEED varies the samples;
+// TLPTM_SWEEP_DUMP=<dir> writes the images of violations there; TLPTM_SWEEP_EXACT=1 recovers
+// every distinct image rather than every distinct predicted outcome.
+
+#include "harness/scenarios.hpp"
+#include "harness/sweep.hpp"
+#include "test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TLPTM_SWEEP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TLPTM_SWEEP_SANITIZED 1
+#endif
+#endif
+
+namespace {
+
+using namespace tlptm_harness;
+namespace sc = tlptm_harness::scenarios;
+
+constexpr tlptm::log_mode all_modes[] = {tlptm::log_mode::baseline, tlptm::log_mode::aalo,
+                                         tlptm::log_mode::cblo, tlptm::log_mode::tlptm};
+
+/// How big a sweep this run makes: bounded (CI; smaller under AddressSanitizer) or long.
+struct sweep_size {
+    bool long_run = false;
+    int scale = 1; ///< transactions per scenario grow with it
+    sweep_config cfg;
+};
+
+sweep_size sweep_settings() {
+    sweep_size s;
+    const char* mode = std::getenv("TLPTM_SWEEP");
+    s.long_run = mode && std::string(mode) == "long";
+    std::uint64_t seed = 1;
+    if (const char* v = std::getenv("TLPTM_SWEEP_SEED"))
+        seed = std::strtoull(v, nullptr, 10);
+    if (const char* dir = std::getenv("TLPTM_SWEEP_DUMP"))
+        s.cfg.dump_dir = dir;
+    if (const char* exact = std::getenv("TLPTM_SWEEP_EXACT"))
+        s.cfg.exact_keys = std::string(exact) == "1";
+    if (s.long_run) {
+        s.scale = 8;
+        s.cfg.images = {16384, 512, 512, 128, seed};
+        s.cfg.max_recoveries = 1000000;
+        s.cfg.max_new_per_point = 1000000;
+        s.cfg.recovery_crashes = 1000000;
+        s.cfg.max_per_recovery_crash = 1000000;
+        s.cfg.recovery_images = {1024, 64, 64, 16, seed};
+        return s;
+    }
+#if defined(TLPTM_SWEEP_SANITIZED)
+    // About three times slower under AddressSanitizer: a smaller sweep.
+    s.scale = 2;
+    s.cfg.images = {1024, 64, 64, 16, seed};
+    s.cfg.max_recoveries = 1000;
+    s.cfg.max_new_per_point = 32;
+    s.cfg.recovery_crashes = 6;
+    s.cfg.max_per_recovery_crash = 128;
+    s.cfg.recovery_images = {256, 32, 32, 8, seed};
+#else
+    s.scale = 4;
+    s.cfg.images = {2048, 96, 96, 24, seed};
+    s.cfg.max_recoveries = 4000;
+    s.cfg.max_new_per_point = 64;
+    s.cfg.recovery_crashes = 12;
+    s.cfg.max_per_recovery_crash = 256;
+    s.cfg.recovery_images = {512, 48, 48, 12, seed};
+#endif
+    return s;
+}
+
+/// Runs one sweep, reports it and returns it.
+sweep_result sweep(const scenario& s, const sweep_config& cfg) {
+    sweep_result r = run_sweep(s, cfg);
+    const std::string line = r.summary();
+    MESSAGE(line);
+    for (const auto& m : r.messages)
+        MESSAGE("  violation: " << m);
+    if (!r.out_of_order_example.empty())
+        MESSAGE("  allowed, out of timestamp order: " << r.out_of_order_example);
+    return r;
+}
+
+void report_total(const char* what, const sweep_result& total) {
+    MESSAGE(std::string(what) << " total: " << total.transactions << " transactions, "
+                              << total.crash_points << " crash points, " << total.image_checks
+                              << " images checked (" << total.recoveries << " recovered, "
+                              << total.skipped << " skipped over budget), "
+                              << total.recovery_crash_images << " images of crashed recoveries, "
+                              << total.violations << " violations, " << total.seconds << " s");
+}
+
+/// Sweeps `make(mode, n)` in every log mode; expects no violation.
+template <class Make> void sweep_all_modes(const char* what, Make make) {
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    for (tlptm::log_mode mode : all_modes) {
+        sweep_result r = sweep(make(mode, size.scale), size.cfg);
+        CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+        CHECK(r.crash_points > 0);
+        CHECK(r.recoveries > 0);
+        total += r;
+    }
+    report_total(what, total);
+}
+
+} // namespace
+
+// ---- the harness itself -------------------------------------------------------------------------
+
+TEST_CASE("tracer: a store that bypasses the persistence policy is reported with its offset") {
+    tlptm_test::temp_path path("bypass");
+    tlptm::pool_options opt = tlptm_test::small_options();
+    opt.size = std::size_t{320} << 10;
+    opt.log_capacity = 4096;
+    {
+        tlptm::pool p = tlptm::pool::create(path, opt);
+        p.root<sc::words_root>();
+    }
+    tracer tr(read_whole_file(path));
+    opt.policy = &tr;
+    std::uint64_t offset = 0;
+    {
+        tlptm::pool p = tlptm::pool::open(path, opt);
+        auto* rt = p.root<sc::words_root>();
+        tlptm::atomic(p, [&] { rt->w[0] = 1; });
+        CHECK(tr.take().violations.empty());
+        // A raw store into the pool, as a library path that forgot the policy would make it.
+        auto* word = reinterpret_cast<std::uint64_t*>(&rt->w[5]);
+        offset = static_cast<std::uint64_t>(reinterpret_cast<std::uint8_t*>(word) -
+                                            static_cast<std::uint8_t*>(p.base()));
+        __atomic_store_n(word, 42, __ATOMIC_RELAXED);
+        tlptm::atomic(p, [&] { rt->w[1] = 2; }); // its fences see the difference
+        p.close();
+    }
+    trace t = tr.take();
+    REQUIRE(t.violations.size() == 1);
+    CHECK(t.violations[0].find("bypassed") != std::string::npos);
+    CHECK(t.violations[0].find(hex(offset)) != std::string::npos);
+    MESSAGE(t.violations[0]);
+}
+
+TEST_CASE("crash images: prefixes of each line's stores, flush + fence per thread, NT units") {
+    pool_layout l;
+    l.size = 4096;
+    l.heap_offset = 1024;
+    l.heap_size = 3072;
+    std::vector<std::uint8_t> initial(l.size, 0);
+    trace t;
+    auto add = [&](event_kind k, std::uint16_t thread, std::uint64_t off, std::size_t n,
+                   std::uint8_t fill) {
+        event e;
+        e.kind = k;
+        e.thread = thread;
+        e.offset = off;
+        e.size = n;
+        e.data = t.bytes.size();
+        if (k == event_kind::store || k == event_kind::stream)
+            t.bytes.insert(t.bytes.end(), n, fill);
+        t.events.push_back(e);
+    };
+    const std::uint64_t a = 2048; // line 32
+    add(event_kind::store, 0, a, 8, 1);
+    add(event_kind::store, 0, a + 8, 8, 2);
+    add(event_kind::flush, 0, a, 64, 0);       // captures stores 1 and 2
+    add(event_kind::store, 0, a + 16, 8, 3);   // after the flush: not covered by it
+    add(event_kind::fence, 1, 0, 0, 0);        // another thread's fence completes nothing
+    add(event_kind::fence, 0, 0, 0, 0);        // stores 1 and 2 durable, store 3 uncertain
+    add(event_kind::stream, 0, a + 64, 16, 9); // two NT units
+    add(event_kind::fence, 0, 0, 0, 0);
+
+    crash_images g(t, initial, l, mutation{}, false, image_budget{});
+    std::vector<std::pair<std::string, std::size_t>> points;
+    std::vector<std::vector<std::uint8_t>> first_point;
+    g.run([&](const crash_point& p, const image_patch& patch, const std::vector<std::uint32_t>&) {
+        if (points.empty() || points.back().first != p.where)
+            points.push_back({p.where, 0});
+        ++points.back().second;
+        if (points.size() == 1) {
+            std::vector<std::uint8_t> img = g.durable();
+            for (const auto& [line, c] : patch.lines)
+                std::memcpy(img.data() + line * 64, c.data(), 64);
+            first_point.emplace_back(img.begin() + a, img.begin() + a + 24);
+        }
+        return true;
+    });
+    for (const auto& [w, n] : points)
+        MESSAGE(w << ": " << n << " images");
+    REQUIRE(points.size() == 5);
+    // Before the flush: the line holds nothing, store 1, or stores 1 and 2 (prefixes only).
+    CHECK(points[0].second == 3);
+    REQUIRE(first_point.size() == 3);
+    for (const auto& img : first_point)
+        CHECK_FALSE((img[0] == 0 && img[8] == 2));
+    CHECK(points[1].first.find("before fence") == 0); // thread 1's: four prefixes
+    CHECK(points[1].second == 4);
+    CHECK(points[2].first.find("after fence") == 0); // thread 0's: store 3 still uncertain
+    CHECK(points[2].second == 2);
+    CHECK(points[3].second == 8); // store 3 and two NT units, independently
+    CHECK(points[4].second == 2); // NT durable, store 3 never flushed
+    CHECK(g.durable()[a] == 1);
+    CHECK(g.durable()[a + 8] == 2);
+    CHECK(g.durable()[a + 16] == 0);
+    CHECK(g.durable()[a + 64] == 9);
+    CHECK(g.durable()[a + 79] == 9);
+}
+
+// ---- the bounded sweep
+// ----------------------------------------------------------------------------
+
+TEST_CASE("crash sweep: single-word transactions") {
+    sweep_all_modes("single-word",
+                    [](tlptm::log_mode m, int scale) { return sc::single_word(m, 4 * scale); });
+}
+
+TEST_CASE("crash sweep: multi-word transactions over several lines, partial words") {
+    sweep_all_modes("multi-word",
+                    [](tlptm::log_mode m, int scale) { return sc::multi_word(m, 3 * scale); });
+}
+
+TEST_CASE("crash sweep: allocate and publish (AALO), update, unlink and free") {
+    sweep_all_modes("list", [](tlptm::log_mode m, int scale) { return sc::list(m, 6 * scale); });
+}
+
+TEST_CASE("crash sweep: a freed block is not overwritten by replay once reused (I3)") {
+    sweep_all_modes("free-reuse", [](tlptm::log_mode m, int) { return sc::free_reuse(m); });
+}
+
+TEST_CASE("crash sweep: log rings wrap (checkpoint, new generation)") {
+    sweep_all_modes("ring-wrap",
+                    [](tlptm::log_mode m, int scale) { return sc::ring_wrap(m, 7 * scale); });
+}
+
+TEST_CASE("crash sweep: two threads, interleaved commits") {
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    int rounds = size.long_run ? 16 : 2;
+    for (int round = 0; round < rounds; ++round) {
+        for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+            sweep_result r = sweep(sc::two_threads(mode, 3 * size.scale), size.cfg);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            total += r;
+        }
+    }
+    report_total("two-threads", total);
+}
+
+// ---- mutations: the sweep must fail
+// -----------------------------------------------------------------
+
+namespace {
+
+/// Runs `s` without and with a defect: the defect must make some crash point fail that
+/// passes without it (a differential check, so that it holds whatever else fails).
+void expect_caught(const scenario& s, sweep_config cfg, const std::string& what) {
+    sweep_config clean = cfg;
+    clean.mut = {};
+    clean.recovery_mut = {};
+    clean.tracing = {};
+    sweep_result base = run_sweep(s, clean);
+    sweep_result r = run_sweep(s, cfg);
+    const std::string line = what + ": " + r.summary();
+    MESSAGE(line);
+    CHECK_MESSAGE(r.mutation_matched, what << ": the mutation matched no event");
+    std::size_t fresh = 0;
+    for (const auto& [where, msg] : r.failing_points) {
+        if (base.failing_points.count(where))
+            continue;
+        if (fresh++ < 2)
+            MESSAGE("  caught: " << msg);
+    }
+    MESSAGE("  " << fresh << " crash points fail only with the defect ("
+                 << base.failing_points.size() << " fail without it)");
+    CHECK_MESSAGE(fresh > 0, what << ": the sweep did not notice the defect");
+}
+
+sweep_config mutation_config() {
+    sweep_config cfg = sweep_settings().cfg;
+    cfg.max_messages = 2;
+    // No budget limits: both runs must check the same images for the comparison to hold.
+    cfg.max_recoveries = 100000;
+    cfg.max_new_per_point = 100000;
+    cfg.max_per_recovery_crash = 100000;
+    return cfg;
+}
+
+} // namespace
+
+TEST_CASE("mutations of the persistence path are caught by the sweep") {
+    using tlptm::log_mode;
+    SUBCASE("drop F1: a torn write-back without a durable entry (I1)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_fence(role::f1, 1);
+        expect_caught(sc::multi_word(log_mode::tlptm, 3), cfg, "drop F1 of tx 1");
+    }
+    SUBCASE("zero the CRC of every log entry: no entry is replayed (I1)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::zero_crc_of_every_entry();
+        expect_caught(sc::multi_word(log_mode::baseline, 3), cfg, "zero CRC (baseline)");
+        expect_caught(sc::multi_word(log_mode::cblo, 3), cfg, "zero CRC (compressed)");
+    }
+    SUBCASE("drop an AALO flush: a published node loses its contents (I4)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_flush(role::aalo_flush, 0);
+        expect_caught(sc::list(log_mode::tlptm, 3), cfg, "drop the first AALO flush");
+    }
+    SUBCASE("drop the write-back flushes: CT then passes data that is not durable (I2)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_flush(role::write_back_flush, 0);
+        cfg.mut.every = true;
+        expect_caught(sc::single_word(log_mode::tlptm, 3), cfg, "drop every write-back flush");
+    }
+    SUBCASE("drop the flush of a new ring generation: the first entry does not validate") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_flush(role::ring_header_flush, 0);
+        expect_caught(sc::multi_word(log_mode::baseline, 3), cfg, "drop the ring header flush");
+    }
+    SUBCASE("drop the CT flush before a freed span is reused: stale replay over it (I3)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_flush(role::ct_flush, 0);
+        expect_caught(sc::free_reuse(log_mode::tlptm), cfg, "drop the CT flush of reclaim");
+    }
+    SUBCASE("drop recovery's fence before it persists CT: a crashed recovery loses data (I5)") {
+        sweep_config cfg = mutation_config();
+        cfg.recovery_mut = mutation::drop_fence(role::fence, 0);
+        cfg.recovery_crashes = 2;
+        expect_caught(sc::multi_word(log_mode::tlptm, 3), cfg, "drop recovery's data fence");
+    }
+    SUBCASE("a store the policy is not told about is reported") {
+        sweep_config cfg = mutation_config();
+        cfg.tracing.ignore_stored = 1;
+        expect_caught(sc::single_word(log_mode::tlptm, 3), cfg, "ignore the 2nd stored() call");
+    }
+}
+
+// ---- creation
+// ---------------------------------------------------------------------------------------
+
+TEST_CASE("crash during pool creation: every image is refused as not a pool or opens empty") {
+    tlptm_test::temp_path path("create");
+    tlptm::pool_options opt = tlptm_test::small_options();
+    opt.size = std::size_t{320} << 10;
+    opt.log_capacity = 4096;
+    opt.base_address = std::uintptr_t{0x3a5c} << 32; // fixed: the tracer needs it up front
+    std::vector<std::uint8_t> zeros(opt.size, 0);
+    tracer tr(zeros, opt.base_address, {});
+    opt.policy = &tr;
+    {
+        tlptm::pool p = tlptm::pool::create(path, opt);
+        p.close();
+    }
+    trace t = tr.take();
+    CHECK(t.violations.empty());
+    std::vector<std::uint8_t> created = read_whole_file(path);
+    pool_layout l = pool_layout::of(created.data());
+    crash_images g(t, zeros, l, mutation{}, false, sweep_settings().cfg.images);
+    opt.policy = nullptr;
+    std::size_t refused = 0, opened = 0;
+    std::unordered_set<std::uint64_t> seen;
+    g.run([&](const crash_point& p, const image_patch& patch, const std::vector<std::uint32_t>&) {
+        if (!seen.insert(patch.hash).second)
+            return true;
+        std::vector<std::uint8_t> img = g.durable();
+        for (const auto& [line, c] : patch.lines)
+            std::memcpy(img.data() + line * 64, c.data(), 64);
+        write_whole_file(path, img.data(), img.size());
+        try {
+            tlptm::pool q = tlptm::pool::open(path, opt);
+            ++opened;
+            CHECK(q.last_recovery().entries_replayed == 0);
+            CHECK(q.stats().heap.bytes_in_use == opt.root_capacity);
+        } catch (const tlptm::layout_error&) {
+            ++refused;
+        } catch (const std::exception& e) {
+            FAIL_CHECK(p.where << ": opening threw " << e.what());
+        }
+        return true;
+    });
+    MESSAGE("creation: " << g.points() << " crash points, " << refused << " images refused, "
+                         << opened << " opened");
+    CHECK(refused > 0);
+    CHECK(opened > 0);
+}
