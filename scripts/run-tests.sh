@@ -47,6 +47,11 @@ run_stage fuzz
 echo
 echo "==> summary"
 printf '    %s\n' "${summary[@]}"
+passed_stages=0
+for line in "${summary[@]}"; do
+    case "$line" in *PASS*) passed_stages=$((passed_stages + 1)) ;; esac
+done
+echo "stages: $passed_stages passed, $((${#summary[@]} - passed_stages)) failed"
 if [ "$failed" -ne 0 ]; then
     echo "==> FAILED"
     exit 1
