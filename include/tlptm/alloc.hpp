@@ -114,7 +114,7 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
                 continue;
             auto i = static_cast<std::uint32_t>(sb);
             if (fresh) {
-                s.alloc.sb_claims.push_back({i, sb_kind::small, static_cast<std::uint32_t>(cls)});
+                s.alloc.sb_claims.push_back(i);
                 meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::small, size_classes[cls]));
             }
             b = h.claim_block(i);

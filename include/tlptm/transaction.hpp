@@ -220,7 +220,7 @@ inline void finish_attempt(thread_slot& s) noexcept {
     }
     if (!s.committed)
         for (const auto& sc : s.alloc.sb_claims)
-            h.untake_superblock(s.index, sc.sb);
+            h.untake_superblock(s.index, sc);
     s.alloc.clear();
     s.writes.clear();
     s.active_since.store(0, std::memory_order_release);

@@ -109,17 +109,12 @@ struct alloc_tx_state {
         std::uint32_t sb, block;
         bool large;
     };
-    struct superblock_claim {
-        std::uint32_t sb;
-        sb_kind kind;
-        std::uint32_t cls;
-    };
-    std::vector<claim> claims;               ///< blocks this transaction allocated
-    std::vector<range> aalo;                 ///< their byte ranges (AALO: stores go in place)
-    std::vector<range> aalo_dirty;           ///< AALO bytes written: flushed before F1 (I4)
-    std::vector<freed> frees;                ///< blocks freed: pending after commit
-    std::vector<superblock_claim> sb_claims; ///< superblocks taken from the global pool
-    std::vector<std::uint64_t> lines;        ///< scratch: AALO lines to flush
+    std::vector<claim> claims;            ///< blocks this transaction allocated
+    std::vector<range> aalo;              ///< their byte ranges (AALO: stores go in place)
+    std::vector<range> aalo_dirty;        ///< AALO bytes written: flushed before F1 (I4)
+    std::vector<freed> frees;             ///< blocks freed: pending after commit
+    std::vector<std::uint32_t> sb_claims; ///< fresh superblocks taken from the global pool
+    std::vector<std::uint64_t> lines;     ///< scratch: AALO lines to flush
 
     void clear() noexcept {
         claims.clear();
@@ -152,7 +147,6 @@ public:
     heap(const heap&) = delete;
     heap& operator=(const heap&) = delete;
 
-    std::mutex& mutex() noexcept { return mutex_; }
     std::size_t count() const noexcept { return count_; }
     superblock_state& sb(std::uint32_t i) noexcept { return sbs_[i]; }
     std::uint64_t sb_offset(std::uint32_t i) const noexcept {
