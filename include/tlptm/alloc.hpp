@@ -64,9 +64,12 @@ inline void reclaim(thread_slot& s, bool force) {
     auto [newest, count] = h.pending_summary();
     if (count == 0)
         return;
-    if ((force || count >= 64) && st.persisted_checkpoint() < newest)
+    if ((force || count >= 64) && st.durable_checkpoint() < newest)
         st.checkpoint(s.pctx);
-    std::uint64_t ct = st.persisted_checkpoint();
+    // I3 with a CT known durable: a free is reused only once no crash can bring back a log
+    // entry older than it (a CT stored by another thread but not yet fenced does not count).
+    sched(sched_point::ct_read, nullptr);
+    std::uint64_t ct = st.durable_checkpoint();
     std::uint64_t oldest = st.oldest_active();
     h.reclaim([&](std::uint64_t ts) { return ts <= ct && ts <= oldest; }, // I3
               [&](const pending_free& p) {

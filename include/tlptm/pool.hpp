@@ -133,6 +133,8 @@ public:
         detail::pool_state& st = state();
         if (detail::current_tx)
             throw tx_scope_error("tlptm: pool::recover() called inside a transaction");
+        if (st.poisoned()) // recovery would write through the path that failed
+            st.throw_poisoned();
         st.lock_exclusive();
         try {
             st.checkpoint(st.admin_ctx);

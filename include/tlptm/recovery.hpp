@@ -37,7 +37,8 @@ namespace detail {
 inline recovery_report run_recovery(pool_state& st) {
     auto t0 = std::chrono::steady_clock::now();
     recovery_report rep;
-    std::uint64_t ct = st.persisted_checkpoint();
+    // No transaction runs: the header word is what the file holds, durable by definition.
+    std::uint64_t ct = __atomic_load_n(&st.header->checkpoint_ts, __ATOMIC_ACQUIRE);
     rep.checkpoint_before = ct;
 
     struct pending {
@@ -66,6 +67,9 @@ inline recovery_report run_recovery(pool_state& st) {
     // Validate everything first: recovery writes nothing unless every record is sound.
     for (std::size_t i = 0; i < todo.size(); ++i) {
         const pending& p = todo[i];
+        if (p.ts > max_commit_ts)
+            throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
+                                   ": timestamp beyond the largest one the library issues");
         if (i > 0 && todo[i - 1].ts == p.ts)
             throw corruption_error("tlptm: pool '" + st.path +
                                    "': two log entries carry "
@@ -106,7 +110,8 @@ inline recovery_report run_recovery(pool_state& st) {
         st.persist.fence(ctx);
         st.persist.persist_word(ctx, &st.header->checkpoint_ts, todo.back().ts);
     }
-    rep.checkpoint_after = st.persisted_checkpoint();
+    st.publish_recovered_checkpoint();
+    rep.checkpoint_after = st.durable_checkpoint();
     // Every valid entry now has ts <= CT; new timestamps start above.
     if (st.clock.load() < rep.checkpoint_after)
         st.clock.store(rep.checkpoint_after);

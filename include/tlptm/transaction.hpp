@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <span>
 #include <type_traits>
@@ -199,6 +200,7 @@ inline void begin(thread_slot& s) {
     s.alloc.clear();
     s.doomed = false;
     s.committed = false;
+    s.nested_error = nullptr;
     // I3: publish a lower bound of the start before reading the snapshot (both seq_cst), so a
     // reclaimer either sees this attempt or this attempt sees the free's effects.
     std::atomic<std::uint64_t>& clock = s.pool->clock;
@@ -241,6 +243,7 @@ inline void lock_write_set(thread_slot& s) {
     for (const log_record& r : s.writes.entries()) {
         std::uint32_t idx = orec_table::index(r.offset);
         std::atomic<std::uint64_t>& orec = orecs[idx];
+        sched(sched_point::orec_lock, &orec);
         for (unsigned spins = 0;;) {
             std::uint64_t o = orec.load(std::memory_order_acquire);
             if (o == mine)
@@ -280,14 +283,53 @@ inline bool flush_aalo(thread_slot& s) {
     return true;
 }
 
+/// Leaves a commit that failed after step 1 (an exception from the persistence path, or an
+/// allocation failure): no orec stays locked and no in_flight mark leaks (DESIGN §6).
+/// `committed`: F1 completed, so the entry is durable and the transaction's values are written
+/// back in memory and released at version ts; otherwise nothing is written back and the orecs
+/// get their old versions. Either way a failure after the first persistence operation poisons
+/// the pool: whether the entry reached persistent memory is unknown, and no later transaction
+/// may build on what this one did or did not write.
+inline void abandon_commit(thread_slot& s, std::uint64_t ts, bool committed,
+                           bool persistence_touched, bool previous_unfenced) noexcept {
+    pool_state& st = *s.pool;
+    if (persistence_touched && !st.poisoned())
+        st.poison("a commit's persistence operation failed");
+    if (committed) {
+        for (const log_record& r : s.writes.entries()) {
+            std::uint64_t* w = st.word_at(r.offset);
+            std::uint64_t v = r.mask == ~std::uint64_t{0}
+                                  ? r.value
+                                  : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
+            __atomic_store_n(w, v, __ATOMIC_RELEASE);
+        }
+        for (auto [idx, old] : s.locks)
+            st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
+        s.locks.clear();
+    } else {
+        release_locks(s);
+    }
+    // A poisoned pool never advances CT again, so clearing in_flight cannot let CT pass ts;
+    // on a healthy pool (failure before any persistence) ts was never used by an entry.
+    if (!previous_unfenced || st.poisoned()) {
+        s.unfenced_lines.clear();
+        s.unfenced_ts.store(0, std::memory_order_relaxed);
+        s.in_flight.store(0, std::memory_order_seq_cst);
+    }
+}
+
 /// Commits the slot's transaction (DESIGN §4).
 /// @throw log_overflow the entry does not fit in the ring; nothing was written
 /// @throw tx_retry a conflict: the attempt is rolled back and retried
+/// @throw pool_error the pool is poisoned, or timestamps are exhausted (it poisons the pool)
+/// @throw whatever the persistence path throws (an msync failure): the pool is then poisoned
 inline void commit(thread_slot& s) {
     pool_state& st = *s.pool;
     thread_counters& c = s.pctx.counters;
     if (s.doomed)
         conflict(s);
+    if (s.nested_error) // an exception left a nested atomic: the whole transaction aborts
+        std::rethrow_exception(s.nested_error);
     if (s.writes.empty()) { // read-only: every read was validated against the snapshot
         thread_counters::add(c.tx_read_only, 1);
         return;
@@ -300,7 +342,7 @@ inline void commit(thread_slot& s) {
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
-    // no timestamp.
+    // no timestamp. A persistence failure there poisons the pool (pool_state::guarded).
     st.reserve_ring(s, bound);
 
     // Step 1: lock the write-set, take ts, validate the read-set.
@@ -309,72 +351,95 @@ inline void commit(thread_slot& s) {
     // I2: in_flight holds CT below ts until the write-back is fenced. While the previous
     // commit's write-back is still unfenced it already holds CT below that older ts.
     bool previous_unfenced = s.unfenced_ts.load(std::memory_order_relaxed) != 0;
+    sched(sched_point::in_flight, &s);
     if (!previous_unfenced)
         s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    sched(sched_point::clock, &st.clock);
     std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
     if (!previous_unfenced)
         s.in_flight.store(ts, std::memory_order_release);
-    if (ts != s.snapshot + 1 && !validate_reads(s)) {
-        release_locks(s);
-        if (!previous_unfenced)
-            s.in_flight.store(0, std::memory_order_release);
-        conflict(s);
-    }
+    bool touched = false, committed = false;
+    try {
+        if (ts > max_commit_ts) {
+            st.poison("commit timestamps are exhausted");
+            throw pool_error(st.path, "commit timestamps are exhausted (the largest is 2^56 - "
+                                      "2^32 - 1); the pool cannot take more transactions");
+        }
+        if (ts != s.snapshot + 1 && !validate_reads(s)) {
+            release_locks(s);
+            if (!previous_unfenced)
+                s.in_flight.store(0, std::memory_order_release);
+            conflict(s);
+        }
+        // A transaction that could have read what a failed commit left (or did not leave)
+        // must not become durable: check after validation, before anything persists.
+        if (st.poisoned())
+            st.throw_poisoned();
 
-    // Step 2 (I4): the AALO lines are durable before the entry can be. A fence of their own
-    // (F0) is needed: the entry's non-temporal stores may reach persistent memory before F1,
-    // and a complete entry validates and is replayed whether or not F1 ran, so without F0 a
-    // crash could replay a transaction whose new objects never reached persistent memory
-    // (found by the crash-image sweep, tests/persistency_test.cpp). Only transactions that
-    // wrote memory they allocated pay it.
-    if (flush_aalo(s))
+        // Step 2 (I4): the AALO lines are durable before the entry can be. A fence of their
+        // own (F0) is needed: the entry's non-temporal stores may reach persistent memory
+        // before F1, and a complete entry validates and is replayed whether or not F1 ran, so
+        // without F0 a crash could replay a transaction whose new objects never reached
+        // persistent memory (found by the crash-image sweep, tests/persistency_test.cpp). Only
+        // transactions that wrote memory they allocated pay it.
+        touched = true;
+        if (flush_aalo(s))
+            st.persist.fence(s.pctx);
+
+        // Step 3: the entry goes out with non-temporal stores.
+        std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
+        st.persist.stream(s.pctx, s.ring.data() + s.head, entry.data(), entry.size());
+        s.head += entry.size();
+        s.last_ts = ts;
+        thread_counters::add(c.log_bytes, entry.size());
+        // Step 4, F1: the entry is durable; the transaction is committed. The fence also
+        // completes the previous commit's write-back flushes (its deferred F2).
         st.persist.fence(s.pctx);
+        committed = true;
+        s.unfenced_lines.clear();
+        s.unfenced_ts.store(0, std::memory_order_relaxed);
+        sched(sched_point::in_flight, &s);
+        s.in_flight.store(ts, std::memory_order_seq_cst);
 
-    // Step 3: the entry goes out with non-temporal stores.
-    std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
-    st.persist.stream(s.pctx, s.ring.data() + s.head, entry.data(), entry.size());
-    s.head += entry.size();
-    s.last_ts = ts;
-    thread_counters::add(c.log_bytes, entry.size());
-    // Step 4, F1: the entry is durable; the transaction is committed. The fence also completes
-    // the previous commit's write-back flushes (its deferred F2).
-    st.persist.fence(s.pctx);
-    s.unfenced_lines.clear();
-    s.unfenced_ts.store(0, std::memory_order_relaxed);
-    s.in_flight.store(ts, std::memory_order_seq_cst);
-
-    // Step 5: write back in place, flush each line once after its last store, unlock.
-    std::uint64_t data_bytes = 0;
-    for (const log_record& r : recs) {
-        std::uint64_t* w = st.word_at(r.offset);
-        std::uint64_t v = r.mask == ~std::uint64_t{0}
-                              ? r.value
-                              : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
-        // Release: a reader that sees the new value also sees the orec locked (I6).
-        __atomic_store_n(w, v, __ATOMIC_RELEASE);
-        data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+        // Step 5: write back in place, flush each line once after its last store, unlock.
+        std::uint64_t data_bytes = 0;
+        for (const log_record& r : recs) {
+            std::uint64_t* w = st.word_at(r.offset);
+            std::uint64_t v = r.mask == ~std::uint64_t{0}
+                                  ? r.value
+                                  : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
+            // Release: a reader that sees the new value also sees the orec locked (I6).
+            __atomic_store_n(w, v, __ATOMIC_RELEASE);
+            data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+        }
+        std::uint64_t line = ~std::uint64_t{0};
+        for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
+            if (r.offset / cache_line == line)
+                continue;
+            line = r.offset / cache_line;
+            std::uint8_t* p = st.base + line * cache_line;
+            st.persist.stored(p, cache_line);
+            st.persist.flush(s.pctx, p, cache_line);
+            s.unfenced_lines.push_back(line);
+        }
+        thread_counters::add(c.data_bytes_written, data_bytes);
+        sched(sched_point::orec_unlock, &s);
+        for (auto [idx, old] : s.locks)
+            st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
+        s.locks.clear();
+        // Step 6, F2, deferred to this thread's next F1 (DESIGN §6): one fence per update
+        // transaction. Until then in_flight keeps CT below ts; checkpoint() settles it if needed.
+        s.unfenced_ts.store(ts, std::memory_order_release);
+        s.committed = true;
+        // Freed blocks wait for I3 before anyone gets them again.
+        if (!s.alloc.frees.empty())
+            st.allocator.add_pending(s.alloc.frees, ts);
+    } catch (const tx_retry&) {
+        throw; // validation failed: locks and in_flight were released above
+    } catch (...) {
+        abandon_commit(s, ts, committed, touched, previous_unfenced);
+        throw;
     }
-    std::uint64_t line = ~std::uint64_t{0};
-    for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
-        if (r.offset / cache_line == line)
-            continue;
-        line = r.offset / cache_line;
-        std::uint8_t* p = st.base + line * cache_line;
-        st.persist.stored(p, cache_line);
-        st.persist.flush(s.pctx, p, cache_line);
-        s.unfenced_lines.push_back(line);
-    }
-    thread_counters::add(c.data_bytes_written, data_bytes);
-    for (auto [idx, old] : s.locks)
-        st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
-    s.locks.clear();
-    // Step 6, F2, deferred to this thread's next F1 (DESIGN §6): one fence per update
-    // transaction. Until then in_flight keeps CT below ts; checkpoint() settles it if needed.
-    s.unfenced_ts.store(ts, std::memory_order_release);
-    s.committed = true;
-    // Freed blocks wait for I3 before anyone gets them again.
-    if (!s.alloc.frees.empty())
-        st.allocator.add_pending(s.alloc.frees, ts);
     thread_counters::add(c.tx_committed, 1);
 }
 
@@ -480,9 +545,22 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         if (cur->pool != stp.get())
             throw tx_scope_error("tlptm::atomic: nested transaction on a different pool");
         tx t(*cur);
-        return detail::invoke_tx(f, t);
+        try {
+            return detail::invoke_tx(f, t);
+        } catch (const detail::tx_retry&) {
+            throw; // a conflict: the outermost level retries the whole transaction
+        } catch (...) {
+            // As in PMDK: an exception that leaves a nested atomic aborts the whole
+            // transaction, even if an outer level catches it. The outermost atomic rethrows it
+            // instead of committing (the first one, if several nested calls failed).
+            if (!cur->nested_error)
+                cur->nested_error = std::current_exception();
+            throw;
+        }
     }
     detail::pool_state& st = *stp;
+    if (st.poisoned())
+        st.throw_poisoned();
     detail::thread_slot& s = detail::this_thread_registry.slot_for(stp);
     struct attempt_scope { // leaves the attempt however it ends
         detail::pool_state& st;
@@ -531,6 +609,8 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
                 // An exception that followed a swallowed retry signal: retry.
             }
         }
+        if (st.poisoned())
+            st.throw_poisoned();
         detail::thread_counters::add(s.pctx.counters.tx_aborted, 1);
         detail::backoff(s.rng, aborts + 1);
     }

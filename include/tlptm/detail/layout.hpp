@@ -29,6 +29,13 @@ inline constexpr std::size_t meta_bytes_per_superblock = 1024;
 inline constexpr std::size_t ring_header_bytes = 64;
 /// Timestamps use 56 bits; the top byte of an entry's first word is its format.
 inline constexpr std::uint64_t max_timestamp = (std::uint64_t{1} << 56) - 1;
+/// Timestamps a pool must still have room for when it is opened: a checkpoint above
+/// max_timestamp - timestamp_headroom cannot come from a pool in use (2^32 transactions short of
+/// the limit) and is refused as damaged, so that no opening can run out of timestamps
+/// unnoticed. A commit never takes a timestamp above max_timestamp (it poisons the pool).
+inline constexpr std::uint64_t timestamp_headroom = std::uint64_t{1} << 32;
+/// The largest commit timestamp the library issues (and the largest CT it accepts).
+inline constexpr std::uint64_t max_commit_ts = max_timestamp - timestamp_headroom;
 /// Highest address a pool may be mapped at (user space of x86-64 with 4-level paging).
 inline constexpr std::uint64_t max_user_address = std::uint64_t{0x7fff} << 32;
 
@@ -169,8 +176,10 @@ inline void validate_header(const pool_header& h, std::uint64_t file_size,
         fail("flags", "unknown flags " + std::to_string(h.flags));
     if (h.checksum != header_checksum(h))
         fail("checksum", "header checksum mismatch (uuid or another field is damaged)");
-    if (h.checkpoint_ts > max_timestamp)
-        fail("checkpoint_ts", "value " + std::to_string(h.checkpoint_ts) + " out of range");
+    if (h.checkpoint_ts > max_commit_ts)
+        fail("checkpoint_ts", "value " + std::to_string(h.checkpoint_ts) +
+                                  " out of range (timestamps stop at 2^56 - 1 and a pool "
+                                  "must have 2^32 left)");
     if (h.root_info != 0) {
         std::uint64_t root_size = h.root_info & 0xFFFFFFFFu;
         if (root_size == 0 || root_size > h.root_capacity)

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -25,6 +26,7 @@
 
 #include <tlptm/detail/heap.hpp>
 #include <tlptm/detail/layout.hpp>
+#include <tlptm/detail/sched.hpp>
 #include <tlptm/detail/stm.hpp>
 #include <tlptm/detail/write_set.hpp>
 #include <tlptm/errors.hpp>
@@ -74,7 +76,10 @@ struct thread_slot {
     bool serial = false;        ///< running alone (after repeated aborts): cannot conflict
     bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
     bool committed = false;     ///< the attempt committed (its allocations stay)
-    alloc_tx_state alloc;       ///< the attempt's allocations, AALO ranges and frees
+    /// The first exception that left a nested atomic of this attempt: the outermost atomic
+    /// rethrows it instead of committing (the whole transaction aborts, as in PMDK).
+    std::exception_ptr nested_error;
+    alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
     std::uint64_t rng = 0x9E3779B97F4A7C15ull;
 
     /// Inside a transaction attempt (read by exclusive sections, which wait for it to clear).
@@ -116,6 +121,11 @@ struct pool_state {
     /// Non-zero while a serial transaction or an exclusive section (close, recover) runs.
     std::atomic<std::uint32_t> exclusive_flag{0};
     std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
+    /// The CT value known durable (see durable_checkpoint()); written under checkpoint_mutex.
+    std::atomic<std::uint64_t> durable_ct{0};
+    std::atomic<bool> poison_flag{false};
+    mutable std::mutex poison_mutex;
+    std::string poison_reason; ///< guarded by poison_mutex
     std::mutex root_mutex;
     heap allocator; ///< volatile allocator state, rebuilt by recovery
 
@@ -167,8 +177,13 @@ struct pool_state {
         return {reinterpret_cast<std::uint64_t>(base), size};
     }
 
-    std::uint64_t persisted_checkpoint() const noexcept {
-        return __atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE);
+    /// CT known to be durable (I2). Every decision that relies on CT — handing out a freed
+    /// block, a new ring generation that hides old entries — reads this, never the header word:
+    /// the header word may hold a value another thread has stored but not yet flushed and
+    /// fenced, and a crash would then leave the durable CT below it. Published only after the
+    /// fence that made it durable (checkpoint(), recovery).
+    std::uint64_t durable_checkpoint() const noexcept {
+        return durable_ct.load(std::memory_order_acquire);
     }
 
     /// The largest t such that every transaction with ts <= t is applied and durable: the
@@ -193,24 +208,87 @@ struct pool_state {
         std::lock_guard lk(x.fence_lock);
         if (x.unfenced_ts.load(std::memory_order_relaxed) == 0)
             return;
-        // A flush from any core writes the line back; this thread's fence then covers it.
-        for (std::uint64_t line : x.unfenced_lines)
-            persist.flush(ctx, base + line * cache_line, cache_line);
-        persist.fence(ctx);
+        sched(sched_point::write_back, &x);
+        guarded([&] {
+            // A flush from any core writes the line back; this thread's fence then covers it.
+            for (std::uint64_t line : x.unfenced_lines)
+                persist.flush(ctx, base + line * cache_line, cache_line);
+            persist.fence(ctx);
+        });
         x.unfenced_lines.clear();
         x.unfenced_ts.store(0, std::memory_order_release);
+        sched(sched_point::in_flight, &x);
         x.in_flight.store(0, std::memory_order_seq_cst);
     }
 
-    /// I2: persists CT = safe_checkpoint() if that is larger than the persisted CT, first
-    /// settling every slot's deferred write-back. Thread-safe.
+    /// Runs f, a sequence of persistence operations; if one fails, the pool is poisoned
+    /// (DESIGN §6) and the exception propagates.
+    template <class F> void guarded(F&& f) {
+        try {
+            f();
+        } catch (const std::exception& e) {
+            poison(e.what());
+            throw;
+        } catch (...) {
+            poison("an exception of unknown type");
+            throw;
+        }
+    }
+
+    /// I2: persists CT = safe_checkpoint() if that is larger than the durable CT, first
+    /// settling every slot's deferred write-back, and publishes it as durable after its fence.
+    /// Does nothing on a poisoned pool (nothing can be made durable any more). Thread-safe.
     void checkpoint(persist_ctx& ctx) {
+        if (poisoned())
+            return;
         for (auto& x : slots)
             settle(*x, ctx);
         std::uint64_t safe = safe_checkpoint();
         std::lock_guard lk(checkpoint_mutex);
-        if (safe > persisted_checkpoint())
-            persist.persist_word(ctx, &header->checkpoint_ts, safe);
+        if (safe > durable_ct.load(std::memory_order_relaxed)) {
+            sched(sched_point::ct_write, &header->checkpoint_ts);
+            guarded([&] { persist.persist_word(ctx, &header->checkpoint_ts, safe); });
+            // Only now is `safe` durable: publish it to those who rely on it (I2).
+            durable_ct.store(safe, std::memory_order_release);
+        }
+    }
+
+    /// After recovery (no transaction runs): the header's CT is durable.
+    void publish_recovered_checkpoint() noexcept {
+        durable_ct.store(__atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE),
+                         std::memory_order_release);
+    }
+
+    // ---- persistence failure (DESIGN §6): the pool is poisoned ---------------------------
+
+    /// True once a flush, fence, non-temporal copy or msync failed: durability can no longer
+    /// be promised, so every later transaction throws pool_error. Reopening the pool recovers
+    /// from its log.
+    bool poisoned() const noexcept { return poison_flag.load(std::memory_order_acquire); }
+
+    /// Marks the pool poisoned with the reason (the first reason wins).
+    void poison(const std::string& why) noexcept {
+        try {
+            std::lock_guard lk(poison_mutex);
+            if (!poison_flag.load(std::memory_order_relaxed))
+                poison_reason = why;
+        } catch (...) {
+            // The flag below is what matters; the reason is a courtesy.
+        }
+        poison_flag.store(true, std::memory_order_release);
+    }
+
+    /// Throws the pool_error of a poisoned pool.
+    [[noreturn]] void throw_poisoned() const {
+        std::string why;
+        {
+            std::lock_guard lk(poison_mutex);
+            why = poison_reason;
+        }
+        throw pool_error(path, "a persistence operation failed earlier (" + why +
+                                   "), so durability can no longer be promised: no further "
+                                   "transaction runs on this pool object; close it and open the "
+                                   "pool again to recover from its log");
     }
 
     /// The smallest clock value at which a running attempt began (UINT64_MAX if none runs).
@@ -291,8 +369,14 @@ struct pool_state {
     }
 
     /// Called by the slot's thread when it exits: its last write-back is fenced first.
-    void release_slot(thread_slot& s) {
-        settle(s, s.pctx);
+    void release_slot(thread_slot& s) noexcept {
+        try {
+            settle(s, s.pctx);
+        } catch (...) {
+            // settle poisoned the pool; the slot is released all the same (its in_flight keeps
+            // CT below its unfenced commit, and a poisoned pool never advances CT again).
+        }
+        sched(sched_point::slot, &s);
         std::lock_guard lk(slots_mutex);
         s.in_use = false;
     }
@@ -313,9 +397,11 @@ struct pool_state {
         s.last_ts = clock.load(std::memory_order_acquire); // below every ts taken later
         __atomic_store_n(s.ring.base_ts_word(), s.last_ts, __ATOMIC_RELEASE);
         __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
-        persist.stored(s.ring.base, 16);
-        persist.flush(s.pctx, s.ring.base, 16);
-        persist.fence(s.pctx);
+        guarded([&] {
+            persist.stored(s.ring.base, 16);
+            persist.flush(s.pctx, s.ring.base, 16);
+            persist.fence(s.pctx);
+        });
         s.head = 0;
     }
 
@@ -337,7 +423,9 @@ struct pool_state {
         // switch that hides the old entries from recovery.
         for (unsigned spins = 0;; ++spins) {
             checkpoint(s.pctx);
-            if (persisted_checkpoint() >= s.last_ts)
+            if (poisoned())
+                throw_poisoned();
+            if (durable_checkpoint() >= s.last_ts) // I2: a durable CT, never the header word
                 break;
             if (spins > 64)
                 std::this_thread::yield();

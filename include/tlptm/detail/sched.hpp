@@ -1,0 +1,43 @@
+// tlptm — scheduling points for the crash-consistency harness.
+//
+// The library calls sched(point, address) at each of its synchronisation points (orec lock and
+// unlock, the clock, in_flight, reads and writes of the checkpoint, the allocator's reclaim).
+// In a normal build the call is empty and vanishes. A test executable compiled with
+// TLPTM_SCHED_HOOKS defined (on every translation unit of the program) gets a hook that a
+// seeded scheduler installs, so that it can decide which thread runs next at each point and
+// explore interleavings deterministically (tests/harness/scheduler.hpp). The persistence
+// policy's calls (stream, flush, fence, stored) are scheduling points as well: the harness's
+// policy yields there itself.
+#pragma once
+
+#include <cstdint>
+
+namespace tlptm::detail {
+
+/// Where a thread is when it reaches a scheduling point.
+enum class sched_point : std::uint8_t {
+    tx_begin,    ///< an attempt starts (after it is marked active)
+    orec_lock,   ///< before taking an orec at commit
+    orec_unlock, ///< before releasing the orecs of a commit
+    clock,       ///< before taking a commit timestamp
+    in_flight,   ///< before publishing or clearing in_flight
+    ct_read,     ///< before a decision that reads the durable checkpoint
+    ct_write,    ///< before persisting a new checkpoint
+    reclaim,     ///< before the allocator hands out freed blocks
+    write_back,  ///< before a write-back (own or settled for another slot)
+    slot,        ///< before taking or releasing a thread slot
+};
+
+#if defined(TLPTM_SCHED_HOOKS)
+/// The installed hook, or nullptr. Set by the harness before threads start.
+inline void (*sched_hook)(sched_point, const void*) = nullptr;
+
+inline void sched(sched_point p, const void* addr) {
+    if (auto* h = sched_hook)
+        h(p, addr);
+}
+#else
+inline void sched(sched_point, const void*) noexcept {}
+#endif
+
+} // namespace tlptm::detail
