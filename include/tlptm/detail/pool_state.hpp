@@ -183,6 +183,8 @@ struct pool_state {
     /// fenced, and a crash would then leave the durable CT below it. Published only after the
     /// fence that made it durable (checkpoint(), recovery).
     std::uint64_t durable_checkpoint() const noexcept {
+        if (mutated(mutation::volatile_ct)) // the bug this rule prevents, for the harness
+            return __atomic_load_n(&header->checkpoint_ts, __ATOMIC_ACQUIRE);
         return durable_ct.load(std::memory_order_acquire);
     }
 

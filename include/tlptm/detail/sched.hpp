@@ -10,6 +10,7 @@
 // policy yields there itself.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace tlptm::detail {
@@ -28,16 +29,30 @@ enum class sched_point : std::uint8_t {
     slot,        ///< before taking or releasing a thread slot
 };
 
+/// Deliberate bugs the harness switches on to prove that it catches them (mutation testing of
+/// rules the persistence trace alone cannot break). Compiled out without TLPTM_SCHED_HOOKS.
+enum class mutation : std::uint8_t {
+    none,
+    volatile_ct,       ///< CT decisions read the header word instead of the durable CT (I2)
+    no_commit_cleanup, ///< a commit whose persistence fails leaves locks and in_flight behind
+};
+
 #if defined(TLPTM_SCHED_HOOKS)
 /// The installed hook, or nullptr. Set by the harness before threads start.
 inline void (*sched_hook)(sched_point, const void*) = nullptr;
+/// The mutation in force (none in every real run).
+inline std::atomic<mutation> active_mutation{mutation::none};
 
 inline void sched(sched_point p, const void* addr) {
     if (auto* h = sched_hook)
         h(p, addr);
 }
+inline bool mutated(mutation m) noexcept {
+    return active_mutation.load(std::memory_order_relaxed) == m;
+}
 #else
 inline void sched(sched_point, const void*) noexcept {}
+constexpr bool mutated(mutation) noexcept { return false; }
 #endif
 
 } // namespace tlptm::detail
