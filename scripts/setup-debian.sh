@@ -14,6 +14,7 @@ packages=(
     doctest-dev
     libbenchmark-dev
     gnuplot-nox
+    libgsl-dev
     clang
 )
 
