@@ -12,3 +12,4 @@
 #include <tlptm/recovery.hpp>
 #include <tlptm/stats.hpp>
 #include <tlptm/transaction.hpp>
+#include <tlptm/containers.hpp>
