@@ -1,12 +1,13 @@
 // tlptm — the exception hierarchy.
 //
 // Every error the library reports derives from tlptm::error (itself a std::runtime_error), so a
-// caller can catch one type. Messages name the file, the field or the sizes involved.
+// caller can catch one type; each has exactly one std::exception base, so a handler for
+// std::exception catches them all too (tests/errors_test.cpp). Messages name the file, the field
+// or the sizes involved.
 #pragma once
 
 #include <cstddef>
 #include <cstring>
-#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -56,10 +57,16 @@ public:
 };
 
 /// The pool has no room for an allocation. The transaction that asked is aborted.
-class out_of_memory : public error, public std::bad_alloc {
+///
+/// Catch it as tlptm::out_of_memory, tlptm::error or std::exception. It is deliberately not a
+/// std::bad_alloc: tlptm::error is a std::runtime_error, and a class derived from both would
+/// hold two std::exception bases, which makes std::exception an ambiguous base: a
+/// `catch (const std::exception&)` would not match it and the exception would escape. A
+/// std::bad_alloc thrown by the library means what it means for any C++ code: volatile memory
+/// (a transaction's write set, say) could not be allocated, not that the pool is full.
+class out_of_memory : public error {
 public:
-    explicit out_of_memory(const std::string& what) : error(what) {}
-    const char* what() const noexcept override { return error::what(); }
+    using error::error;
 };
 
 /// A transaction's log entry is larger than the thread's log ring. The transaction is aborted
