@@ -294,9 +294,11 @@ TEST_CASE("pointers between objects in the pool survive a reopen") {
     CHECK(r->head->key.get() == 30);
 }
 
-TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update") {
+TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update, eager write-back") {
     tlptm_test::temp_path path("stats");
-    auto pool = tlptm::pool::create(path, tlptm_test::small_options(tlptm::log_mode::baseline));
+    auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);
+    opt.write_back = tlptm::write_back::eager;
+    auto pool = tlptm::pool::create(path, opt);
     auto* r = pool.root<api_root>();
     tlptm::atomic(pool, [&] { r->u64 = 1; }); // first transaction also starts the ring
     auto s0 = pool.stats();
@@ -305,6 +307,9 @@ TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update") {
     CHECK(one.tx_committed == 1);
     CHECK(one.fences == 1);        // F1; the data's F2 is deferred to the next F1
     CHECK(one.flushed_lines == 1); // the word's line
+    // The locked instruction that starts the next transaction waits for that flush: a second
+    // round trip, which lazy write-back avoids.
+    CHECK(one.round_trips == 2);
     CHECK(one.log_bytes == 16 + 24);
     auto s1 = pool.stats();
     tlptm::atomic(pool, [&] {
@@ -379,4 +384,39 @@ TEST_CASE("open_or_create creates once and then opens; recover() on an open pool
     }
     auto pool = tlptm::pool::open_or_create(path, tlptm_test::small_options());
     CHECK(pool.root<api_root>()->u64.get() == 77);
+}
+
+TEST_CASE("stats: lazy write-back has one round trip per update and flushes in batches") {
+    tlptm_test::temp_path path("stats-lazy");
+    auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
+    opt.write_back = tlptm::write_back::lazy;
+    opt.write_back_lines = 8;
+    auto pool = tlptm::pool::create(path, opt);
+    auto* r = pool.root<api_root>();
+    tlptm::atomic(pool, [&] { r->u64 = 1; }); // first transaction also starts the ring
+    tlptm::atomic(pool, [&] { r->u64 = 1; }); // ... and its first round trip is behind us
+    auto s0 = pool.stats();
+    tlptm::atomic(pool, [&] { r->u64 = 2; });
+    auto one = pool.stats() - s0;
+    CHECK(one.fences == 1);
+    CHECK(one.round_trips == 1);
+    CHECK(one.flushed_lines == 0); // written back in place, not flushed yet
+    CHECK(one.write_back_batches == 0);
+    // The same line again and again counts once toward the watermark.
+    auto s1 = pool.stats();
+    for (int i = 0; i < 40; ++i)
+        tlptm::atomic(pool, [&] { r->u64 = static_cast<std::uint64_t>(i); });
+    CHECK((pool.stats() - s1).write_back_batches == 0);
+    // Distinct lines reach it: one batch, one fence for all of them.
+    auto s2 = pool.stats();
+    for (int i = 0; i < 8; ++i)
+        tlptm::atomic(pool, [&] { r->words[8 * i] = static_cast<std::uint64_t>(i); });
+    auto batch = pool.stats() - s2;
+    CHECK(batch.write_back_batches == 1);
+    CHECK(batch.fences == 8 + 1);
+    // A batch starts once at least half the watermark is distinct lines after duplicates are
+    // dropped, and flushes each of its lines once.
+    CHECK(batch.flushed_lines >= 5);
+    CHECK(batch.flushed_lines <= 9);
+    CHECK(batch.round_trips == batch.fences);
 }

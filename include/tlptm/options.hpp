@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <tlptm/log.hpp>
 #include <tlptm/persist.hpp>
@@ -15,6 +16,12 @@ namespace tlptm {
 struct pool_options {
     /// create: size of the pool file in bytes.
     std::size_t size = std::size_t{256} << 20;
+    /// The pool's identity, like PMDK's layout string: a name of up to 119 bytes recorded at
+    /// creation. open() refuses a pool whose name differs (layout_error naming both); an empty
+    /// name (the default) skips the check, and a pool created without a name takes the first
+    /// one it is opened with. The root is identified by this name and its size, not by its C++
+    /// type (see pool::root).
+    std::string layout = {};
     /// Log optimisations of this opening's transactions.
     log_mode mode = log_mode::tlptm;
     /// create: how many threads may run transactions on the pool at once (one log ring each).

@@ -43,6 +43,18 @@ enum class durability {
     pmem,
 };
 
+/// How committed data, written back in place after the commit point, becomes durable.
+enum class write_back {
+    /// Each commit flushes the lines it wrote back; the thread's next commit fence (or a thread
+    /// that needs the checkpoint to advance) completes them.
+    eager,
+    /// Commits write back without flushing. A thread's dirty lines are flushed in one batch with
+    /// one fence when they reach pool_options::write_back_lines, or when the checkpoint must
+    /// advance (a log ring wraps, freed memory is wanted, the pool closes). One persistence
+    /// round trip per update transaction; the log holds the rest until then.
+    lazy,
+};
+
 /// Replaces the production persistence path, for tests that trace or crash the commit path.
 /// Every call the library would make to persist bytes arrives here instead; ordinary stores are
 /// announced through stored() after they happened. Not thread-safe unless the implementation is.
@@ -88,7 +100,18 @@ inline void spin_ns(std::uint64_t ns) noexcept {
 struct persist_ctx {
     thread_counters counters;
     std::vector<std::pair<std::uintptr_t, std::uintptr_t>> msync_pending;
+    /// Flushes or non-temporal stores issued since the last fence (for round-trip counting).
+    bool pending = false;
 };
+
+/// The library is about to issue a locked instruction: if flushes or non-temporal stores are
+/// pending, it waits for them like a fence, so it counts as a persistence round trip.
+inline void note_locked_op(persist_ctx& ctx) noexcept {
+    if (ctx.pending) {
+        thread_counters::add(ctx.counters.round_trips, 1);
+        ctx.pending = false;
+    }
+}
 
 /// The pool's persistence path. Immutable after the pool is opened; thread-safe (per-thread
 /// state lives in persist_ctx).
@@ -107,6 +130,7 @@ public:
     /// Non-temporal copy of n bytes into the pool (log entries); durable after fence().
     void stream(persist_ctx& ctx, void* dst, const void* src, std::size_t n) const {
         thread_counters::add(ctx.counters.streamed_bytes, n);
+        ctx.pending = true;
         if (override_) {
             override_->stream(dst, src, n);
         } else if (kind_ == kind::cpu) {
@@ -128,6 +152,7 @@ public:
     void flush(persist_ctx& ctx, const void* addr, std::size_t n) const {
         std::size_t lines = lines_of(addr, n);
         thread_counters::add(ctx.counters.flushed_lines, lines);
+        ctx.pending = true;
         if (override_) {
             override_->flush(addr, n);
         } else if (kind_ == kind::cpu) {
@@ -141,6 +166,8 @@ public:
     /// Store fence: every earlier stream() and flush() of this thread is durable afterwards.
     void fence(persist_ctx& ctx) const {
         thread_counters::add(ctx.counters.fences, 1);
+        thread_counters::add(ctx.counters.round_trips, 1);
+        ctx.pending = false;
         if (override_) {
             override_->fence();
         } else if (kind_ == kind::cpu) {

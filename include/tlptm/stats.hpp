@@ -38,7 +38,12 @@ struct stats {
     std::uint64_t fences = 0;             ///< store fences (SFENCE) or msync calls standing for one
     std::uint64_t data_bytes_written = 0; ///< bytes written back in place at commit
     std::uint64_t aalo_bytes = 0; ///< bytes stored in place into memory the transaction allocated
-    heap_stats heap;              ///< the allocator now (operators + and - keep the left operand's)
+    /// Persistence round trips: fences, plus locked instructions (a lock-prefixed RMW, xchg, a
+    /// seq_cst store) that the library issued while flushes or non-temporal stores were pending
+    /// (on x86 such an instruction waits for them as a fence does).
+    std::uint64_t round_trips = 0;
+    std::uint64_t write_back_batches = 0; ///< batches that made pending write-back durable
+    heap_stats heap; ///< the allocator now (operators + and - keep the left operand's)
 
     /// Persistent-memory bytes written: streamed bytes plus whole flushed lines.
     std::uint64_t pm_bytes_written() const noexcept { return streamed_bytes + 64 * flushed_lines; }
@@ -53,6 +58,8 @@ struct stats {
         a.fences -= b.fences;
         a.data_bytes_written -= b.data_bytes_written;
         a.aalo_bytes -= b.aalo_bytes;
+        a.round_trips -= b.round_trips;
+        a.write_back_batches -= b.write_back_batches;
         return a;
     }
     friend stats operator+(stats a, const stats& b) noexcept {
@@ -65,6 +72,8 @@ struct stats {
         a.fences += b.fences;
         a.data_bytes_written += b.data_bytes_written;
         a.aalo_bytes += b.aalo_bytes;
+        a.round_trips += b.round_trips;
+        a.write_back_batches += b.write_back_batches;
         return a;
     }
 };
@@ -75,7 +84,8 @@ namespace detail {
 /// read-modify-write on the hot path); pool::stats() reads them from any thread.
 struct thread_counters {
     std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
-        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0}, aalo_bytes{0};
+        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0}, aalo_bytes{0},
+        round_trips{0}, write_back_batches{0};
 
     static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
         c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
@@ -92,6 +102,8 @@ struct thread_counters {
         s.fences = fences.load(std::memory_order_relaxed);
         s.data_bytes_written = data_bytes_written.load(std::memory_order_relaxed);
         s.aalo_bytes = aalo_bytes.load(std::memory_order_relaxed);
+        s.round_trips = round_trips.load(std::memory_order_relaxed);
+        s.write_back_batches = write_back_batches.load(std::memory_order_relaxed);
         return s;
     }
 };

@@ -201,11 +201,9 @@ inline void begin(thread_slot& s) {
     s.doomed = false;
     s.committed = false;
     s.nested_error = nullptr;
-    // I3: publish a lower bound of the start before reading the snapshot (both seq_cst), so a
-    // reclaimer either sees this attempt or this attempt sees the free's effects.
-    std::atomic<std::uint64_t>& clock = s.pool->clock;
-    s.active_since.store(clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
-    s.snapshot = clock.load(std::memory_order_seq_cst);
+    // I3: enter() published a lower bound of the start (active_since, seq_cst) before this
+    // snapshot is read, so a reclaimer either sees this attempt or this attempt sees the free.
+    s.snapshot = s.pool->clock.load(std::memory_order_seq_cst);
 }
 
 /// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
@@ -312,8 +310,8 @@ inline void abandon_commit(thread_slot& s, std::uint64_t ts, bool committed,
     // A poisoned pool never advances CT again, so clearing in_flight cannot let CT pass ts;
     // on a healthy pool (failure before any persistence) ts was never used by an entry.
     if (!previous_unfenced || st.poisoned()) {
-        s.unfenced_lines.clear();
-        s.unfenced_ts.store(0, std::memory_order_relaxed);
+        s.dirty_lines.clear();
+        s.unapplied_ts.store(0, std::memory_order_relaxed);
         s.in_flight.store(0, std::memory_order_seq_cst);
     }
 }
@@ -347,10 +345,11 @@ inline void commit(thread_slot& s) {
 
     // Step 1: lock the write-set, take ts, validate the read-set.
     lock_write_set(s);
-    std::lock_guard fence_guard(s.fence_lock); // helpers wait until the write-back is flushed
-    // I2: in_flight holds CT below ts until the write-back is fenced. While the previous
-    // commit's write-back is still unfenced it already holds CT below that older ts.
-    bool previous_unfenced = s.unfenced_ts.load(std::memory_order_relaxed) != 0;
+    note_locked_op(s.pctx);
+    std::lock_guard fence_guard(s.fence_lock); // settle() waits until the write-back is done
+    // I2: in_flight holds CT below ts until the write-back is durable. While earlier commits'
+    // write-back is still pending it already holds CT below the oldest of them.
+    bool previous_unfenced = s.unapplied_ts.load(std::memory_order_relaxed) != 0;
     sched(sched_point::in_flight, &s);
     if (!previous_unfenced)
         s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
@@ -358,6 +357,7 @@ inline void commit(thread_slot& s) {
     std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
     if (!previous_unfenced)
         s.in_flight.store(ts, std::memory_order_release);
+    const bool lazy = st.write_back_mode == write_back::lazy;
     bool touched = false, committed = false;
     try {
         if (ts > max_commit_ts) {
@@ -392,45 +392,56 @@ inline void commit(thread_slot& s) {
         s.head += entry.size();
         s.last_ts = ts;
         thread_counters::add(c.log_bytes, entry.size());
-        // Step 4, F1: the entry is durable; the transaction is committed. The fence also
-        // completes the previous commit's write-back flushes (its deferred F2).
+        // Step 4, F1: the entry is durable; the transaction is committed. In eager mode the
+        // fence also completes the previous commit's write-back flushes (its deferred F2).
         st.persist.fence(s.pctx);
         committed = true;
-        s.unfenced_lines.clear();
-        s.unfenced_ts.store(0, std::memory_order_relaxed);
-        sched(sched_point::in_flight, &s);
-        s.in_flight.store(ts, std::memory_order_seq_cst);
+        if (!lazy && previous_unfenced) {
+            s.dirty_lines.clear();
+            s.unapplied_ts.store(0, std::memory_order_relaxed);
+            sched(sched_point::in_flight, &s);
+            s.in_flight.store(ts, std::memory_order_release); // only raises the bound
+        }
 
-        // Step 5: write back in place, flush each line once after its last store, unlock.
+        // Step 5: write back in place, each word announced to the persistence policy (a crash
+        // image may hold any subset of them), then unlock.
         std::uint64_t data_bytes = 0;
-        for (const log_record& r : recs) {
+        std::uint64_t line = ~std::uint64_t{0};
+        for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
             std::uint64_t* w = st.word_at(r.offset);
             std::uint64_t v = r.mask == ~std::uint64_t{0}
                                   ? r.value
                                   : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
             // Release: a reader that sees the new value also sees the orec locked (I6).
             __atomic_store_n(w, v, __ATOMIC_RELEASE);
+            st.persist.stored(w, 8);
             data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
-        }
-        std::uint64_t line = ~std::uint64_t{0};
-        for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
-            if (r.offset / cache_line == line)
-                continue;
-            line = r.offset / cache_line;
-            std::uint8_t* p = st.base + line * cache_line;
-            st.persist.stored(p, cache_line);
-            st.persist.flush(s.pctx, p, cache_line);
-            s.unfenced_lines.push_back(line);
+            if (r.offset / cache_line != line) {
+                line = r.offset / cache_line;
+                s.dirty_lines.push_back(line);
+            }
         }
         thread_counters::add(c.data_bytes_written, data_bytes);
+        // Step 6, eager: flush the lines now; the fence is this thread's next F1 (one fence per
+        // update transaction). Lazy: no flush at all until the batch below.
+        if (!lazy)
+            for (std::uint64_t l : s.dirty_lines)
+                st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
         sched(sched_point::orec_unlock, &s);
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
         s.locks.clear();
-        // Step 6, F2, deferred to this thread's next F1 (DESIGN §6): one fence per update
-        // transaction. Until then in_flight keeps CT below ts; checkpoint() settles it if needed.
-        s.unfenced_ts.store(ts, std::memory_order_release);
+        s.unapplied_ts.store(ts, std::memory_order_release);
         s.committed = true;
+        // Lazy: the high watermark. Duplicates are dropped first, so that a hot line counts
+        // once; the batch fences once for all of them and lets CT pass this slot's commits.
+        if (lazy && s.dirty_lines.size() >= st.write_back_lines) {
+            auto& d = s.dirty_lines;
+            std::sort(d.begin(), d.end());
+            d.erase(std::unique(d.begin(), d.end()), d.end());
+            if (d.size() >= st.write_back_lines / 2 + 1)
+                st.settle_locked(s, s.pctx);
+        }
         // Freed blocks wait for I3 before anyone gets them again.
         if (!s.alloc.frees.empty())
             st.allocator.add_pending(s.alloc.frees, ts);
@@ -569,10 +580,12 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         attempt_scope(detail::pool_state& st_, detail::thread_slot& s_, bool serial)
             : st(st_), s(s_) {
             s.serial = serial;
-            if (serial)
+            if (serial) {
                 st.lock_exclusive();
-            else
+                st.enter_serial(s);
+            } else {
                 st.enter(s);
+            }
             detail::current_tx = &s;
             detail::begin(s);
         }

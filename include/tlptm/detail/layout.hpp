@@ -4,6 +4,8 @@
 //
 // The header's immutable part is checksummed; the checkpoint timestamp CT and the root
 // descriptor are mutable and each sit alone in a cache line, updated by one aligned 8-byte store.
+// The layout name (the pool's identity, chosen by the program) is written once and carries its
+// own check word; the root descriptor carries a check of the root size in its upper half.
 #pragma once
 
 #include <cstddef>
@@ -67,14 +69,24 @@ struct pool_header {
     /// CT: every transaction with ts <= CT is applied and durable (I2). Own cache line.
     alignas(64) std::uint64_t checkpoint_ts;
     std::uint8_t reserved1[56];
-    /// Root descriptor: (type tag << 32) | size in bytes; 0 while no root was requested.
+    /// Root descriptor: (root_check(size) << 32) | size of the root in bytes; 0 while no root
+    /// was requested. The size only grows (pool::root<T>() with a larger T).
     alignas(64) std::uint64_t root_info;
-    std::uint8_t reserved2[header_bytes - 328];
+    std::uint8_t reserved2[56];
+    /// The layout name given at creation (pool_options::layout), NUL-padded; meaningful only
+    /// when layout_check is non-zero.
+    alignas(64) char layout_name[120];
+    /// layout_name_check(layout_name) once a name is recorded, else 0. Written after the name
+    /// is durable, by one aligned 8-byte store.
+    std::uint64_t layout_check;
+    std::uint8_t reserved3[header_bytes - 512];
 };
 static_assert(sizeof(pool_header) == header_bytes, "pool_header must fill exactly 4 KiB");
 static_assert(offsetof(pool_header, checksum) == 136);
 static_assert(offsetof(pool_header, checkpoint_ts) == 256);
 static_assert(offsetof(pool_header, root_info) == 320);
+static_assert(offsetof(pool_header, layout_name) == 384);
+static_assert(offsetof(pool_header, layout_check) == 504);
 
 inline std::uint64_t header_checksum(const pool_header& h) noexcept {
     return crc32c(&h, offsetof(pool_header, checksum));
@@ -118,6 +130,53 @@ inline bool compute_geometry(std::uint64_t size, std::uint32_t max_threads,
         return false;
     g.root_offset = g.heap_offset;
     return true;
+}
+
+// ---- the pool's identity: layout name, root size, layout version --------------------------
+
+/// The longest layout name (the field keeps a terminating NUL).
+inline constexpr std::size_t max_layout_name = sizeof(pool_header::layout_name) - 1;
+
+/// The program's layout version is a word in the last line of the root capacity (in the heap,
+/// so that a transaction can change it together with the data it describes). The root itself
+/// may use the rest.
+inline constexpr std::uint64_t layout_version_bytes = 64;
+inline constexpr std::uint64_t max_root_size(std::uint64_t root_capacity) noexcept {
+    return root_capacity < layout_version_bytes ? 0 : root_capacity - layout_version_bytes;
+}
+/// Offset of the layout version word in the pool.
+inline constexpr std::uint64_t layout_version_offset(const pool_header& h) noexcept {
+    return h.root_offset + h.root_capacity - layout_version_bytes;
+}
+
+/// The upper half of root_info: a check of the size (CRC32C, never 0).
+inline std::uint32_t root_check(std::uint64_t size) noexcept {
+    std::uint32_t v = static_cast<std::uint32_t>(size);
+    std::uint32_t c = crc32c(&v, sizeof v) ^ 0x524F4F54u; // "ROOT"
+    return c == 0 ? 1 : c;
+}
+inline std::uint64_t make_root_info(std::uint64_t size) noexcept {
+    return (std::uint64_t{root_check(size)} << 32) | size;
+}
+
+/// The check word of a layout name field: CRC32C of the field and its complement, never 0.
+inline std::uint64_t layout_name_check(const char (&name)[120]) noexcept {
+    std::uint32_t c = crc32c(name, sizeof name);
+    return (std::uint64_t{~c} << 32) | c;
+}
+
+/// Length of the recorded layout name (0: none recorded).
+inline std::size_t stored_layout_length(const pool_header& h) noexcept {
+    if (h.layout_check == 0)
+        return 0;
+    std::size_t n = 0;
+    while (n < sizeof h.layout_name && h.layout_name[n] != 0)
+        ++n;
+    return n;
+}
+/// The recorded layout name, "" if none.
+inline std::string stored_layout(const pool_header& h) {
+    return std::string(h.layout_name, stored_layout_length(h));
 }
 
 /// Validates a header read from a file of `file_size` bytes, field by field, before anything of
@@ -182,9 +241,22 @@ inline void validate_header(const pool_header& h, std::uint64_t file_size,
                                   "must have 2^32 left)");
     if (h.root_info != 0) {
         std::uint64_t root_size = h.root_info & 0xFFFFFFFFu;
-        if (root_size == 0 || root_size > h.root_capacity)
+        if ((h.root_info >> 32) != root_check(root_size))
+            fail("root_info", "damaged root descriptor (its check does not match the root size " +
+                                  std::to_string(root_size) + ")");
+        if (root_size == 0 || root_size > max_root_size(h.root_capacity))
             fail("root_info", "root size " + std::to_string(root_size) +
-                                  " exceeds the root capacity " + std::to_string(h.root_capacity));
+                                  " exceeds the root capacity " + std::to_string(h.root_capacity) +
+                                  " less the " + std::to_string(layout_version_bytes) +
+                                  " bytes of the layout version");
+    }
+    if (h.layout_check != 0) {
+        std::size_t n = stored_layout_length(h);
+        bool padded = n < sizeof h.layout_name;
+        for (std::size_t i = n; padded && i < sizeof h.layout_name; ++i)
+            padded = h.layout_name[i] == 0;
+        if (n == 0 || !padded || h.layout_check != layout_name_check(h.layout_name))
+            fail("layout_name", "damaged layout name (its check word does not match)");
     }
 }
 

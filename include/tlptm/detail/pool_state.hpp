@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -82,20 +83,22 @@ struct thread_slot {
     alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
     std::uint64_t rng = 0x9E3779B97F4A7C15ull;
 
-    /// Inside a transaction attempt (read by exclusive sections, which wait for it to clear).
-    std::atomic<bool> active{false};
-    /// Between taking a commit timestamp and the end of step 6: a lower bound of that
-    /// timestamp, else 0. CT may not pass it (I2).
+    /// Between taking a commit timestamp and the moment its write-back is durable: a lower
+    /// bound of the oldest such timestamp of this slot, else 0. CT may not pass it (I2). With
+    /// lazy write-back it stays at the first commit since the slot's last write-back batch.
     std::atomic<std::uint64_t> in_flight{0};
-    /// Deferred F2: the timestamp of this slot's last commit whose write-back is flushed but
-    /// not yet fenced (0: none), and the lines it flushed. The slot's next F1 completes them;
-    /// a thread that needs CT to pass them fences them itself (pool_state::settle).
-    std::atomic<std::uint64_t> unfenced_ts{0};
-    std::vector<std::uint64_t> unfenced_lines; ///< guarded by fence_lock
+    /// The slot's newest commit whose write-back is not yet durable (0: none), and the lines
+    /// written back in place since the last batch (eager: flushed, waiting for the next fence;
+    /// lazy: not flushed at all). The slot's next F1 completes eager flushes; a batch
+    /// (pool_state::settle_locked) completes both; a thread that needs CT to pass them settles
+    /// them itself.
+    std::atomic<std::uint64_t> unapplied_ts{0};
+    std::vector<std::uint64_t> dirty_lines; ///< guarded by fence_lock
     spin_lock fence_lock; ///< held by the owner from commit step 1 to the end of write-back
 
-    /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0 (I3: memory
-    /// freed at ts f is reused only once every running attempt began at clock >= f).
+    /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0. Read by
+    /// exclusive sections (which wait for it to clear) and by I3 (memory freed at ts f is
+    /// reused only once every running attempt began at clock >= f).
     std::atomic<std::uint64_t> active_since{0};
 };
 
@@ -108,6 +111,8 @@ struct pool_state {
     std::size_t size = 0;
     pool_header* header = nullptr;
     log_mode mode = log_mode::tlptm;
+    tlptm::write_back write_back_mode = tlptm::write_back::lazy;
+    std::size_t write_back_lines = 0; ///< lazy: dirty lines of a slot that trigger a batch
     persistence persist;
     bool map_sync = false; ///< mapped with MAP_SYNC (real persistent memory)
     std::uint64_t id = next_id();
@@ -202,25 +207,34 @@ struct pool_state {
         return safe;
     }
 
-    /// Makes slot x's deferred write-back durable (flush its lines again from this thread, then
-    /// fence) so that CT may pass it. Safe from any thread; waits while x is committing.
+    /// Makes slot x's pending write-back durable — flush its dirty lines (again, from this
+    /// thread: a flush from any core writes the line back) and fence once — so that CT may pass
+    /// its commits. Safe from any thread; waits while x is committing.
     void settle(thread_slot& x, persist_ctx& ctx) {
-        if (x.unfenced_ts.load(std::memory_order_acquire) == 0)
+        if (x.unapplied_ts.load(std::memory_order_acquire) == 0)
             return;
         std::lock_guard lk(x.fence_lock);
-        if (x.unfenced_ts.load(std::memory_order_relaxed) == 0)
+        settle_locked(x, ctx);
+    }
+
+    /// settle() for a caller that holds x.fence_lock (the owner at the end of its commit).
+    void settle_locked(thread_slot& x, persist_ctx& ctx) {
+        if (x.unapplied_ts.load(std::memory_order_relaxed) == 0)
             return;
         sched(sched_point::write_back, &x);
+        auto& lines = x.dirty_lines;
+        std::sort(lines.begin(), lines.end());
+        lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
         guarded([&] {
-            // A flush from any core writes the line back; this thread's fence then covers it.
-            for (std::uint64_t line : x.unfenced_lines)
+            for (std::uint64_t line : lines)
                 persist.flush(ctx, base + line * cache_line, cache_line);
             persist.fence(ctx);
         });
-        x.unfenced_lines.clear();
-        x.unfenced_ts.store(0, std::memory_order_release);
+        thread_counters::add(ctx.counters.write_back_batches, 1);
+        lines.clear();
+        x.unapplied_ts.store(0, std::memory_order_release);
         sched(sched_point::in_flight, &x);
-        x.in_flight.store(0, std::memory_order_seq_cst);
+        x.in_flight.store(0, std::memory_order_release); // only lets CT move up: no StoreLoad
     }
 
     /// Runs f, a sequence of persistence operations; if one fails, the pool is poisoned
@@ -309,18 +323,26 @@ struct pool_state {
 
     // ---- exclusive sections: serial transactions, close, recover ------------------------
 
-    /// Marks `s` active for a transaction attempt, waiting while an exclusive section runs.
+    /// Marks `s` active for a transaction attempt (active_since = 1 + a lower bound of the
+    /// clock now), waiting while an exclusive section runs. One locked store: it serves both
+    /// the exclusive sections and I3.
     void enter(thread_slot& s) noexcept {
         for (;;) {
             while (exclusive_flag.load(std::memory_order_acquire) != 0)
                 cpu_relax();
-            s.active.store(true, std::memory_order_seq_cst);
+            note_locked_op(s.pctx);
+            s.active_since.store(clock.load(std::memory_order_relaxed) + 1,
+                                 std::memory_order_seq_cst);
             if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
                 return;
-            s.active.store(false, std::memory_order_seq_cst);
+            s.active_since.store(0, std::memory_order_seq_cst);
         }
     }
-    void leave(thread_slot& s) noexcept { s.active.store(false, std::memory_order_release); }
+    void leave(thread_slot& s) noexcept { s.active_since.store(0, std::memory_order_release); }
+    /// Marks the serial attempt of `s` (exclusive section held) for I3.
+    void enter_serial(thread_slot& s) noexcept {
+        s.active_since.store(clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    }
 
     /// Waits until no transaction runs and keeps new ones from starting. The caller must not
     /// be inside a transaction attempt.
@@ -331,7 +353,7 @@ struct pool_state {
             cpu_relax();
         }
         for (const auto& s : slots)
-            while (s->active.load(std::memory_order_seq_cst))
+            while (s->active_since.load(std::memory_order_seq_cst) != 0)
                 cpu_relax();
     }
     void unlock_exclusive() noexcept { exclusive_flag.store(0, std::memory_order_release); }
@@ -340,6 +362,8 @@ struct pool_state {
     void init_after_map(const pool_options& opt) {
         header = reinterpret_cast<pool_header*>(base);
         mode = opt.mode;
+        write_back_mode = opt.write_back;
+        write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
         heap_begin = header->heap_offset;
         heap_end = header->heap_offset + header->heap_size;
         meta_begin = header->meta_offset;
@@ -376,7 +400,7 @@ struct pool_state {
             settle(s, s.pctx);
         } catch (...) {
             // settle poisoned the pool; the slot is released all the same (its in_flight keeps
-            // CT below its unfenced commit, and a poisoned pool never advances CT again).
+            // CT below its unapplied commits, and a poisoned pool never advances CT again).
         }
         sched(sched_point::slot, &s);
         std::lock_guard lk(slots_mutex);

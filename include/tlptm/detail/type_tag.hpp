@@ -1,7 +1,10 @@
-// tlptm — a stable tag for the root type, checked when a pool's root is requested again.
+// tlptm — the compiler's spelling of a type's name, for error messages only.
+//
+// A pool does not record its root's type: compilers spell names differently (GCC and Clang
+// disagree on anonymous namespaces, for one), and a renamed struct is still the same data. A
+// pool's identity is its layout name and its root size (pool_options::layout, pool::root).
 #pragma once
 
-#include <cstdint>
 #include <string_view>
 
 namespace tlptm::detail {
@@ -15,19 +18,6 @@ template <class T> constexpr std::string_view type_name() noexcept {
     b += 4;
     auto e = s.find_first_of(";]", b);
     return s.substr(b, e - b);
-}
-
-/// FNV-1a over the type's name and size, folded to 32 bits.
-template <class T> constexpr std::uint32_t type_tag() noexcept {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (char c : type_name<T>()) {
-        h ^= static_cast<unsigned char>(c);
-        h *= 0x100000001b3ull;
-    }
-    h ^= sizeof(T);
-    h *= 0x100000001b3ull;
-    auto tag = static_cast<std::uint32_t>(h ^ (h >> 32));
-    return tag == 0 ? 1 : tag;
 }
 
 } // namespace tlptm::detail
