@@ -40,6 +40,12 @@ struct pool_options {
     /// writes (the paper uses 500 ns). Unset: the environment variable TLPTM_EMULATE_WRITE_NS,
     /// else 0.
     std::optional<std::uint32_t> emulate_write_ns = std::nullopt;
+    /// How write-back becomes durable (see tlptm::write_back); this opening only.
+    tlptm::write_back write_back = tlptm::write_back::lazy;
+    /// Lazy write-back: a thread's batch is written back once it has this many distinct dirty
+    /// lines (the high watermark). Larger batches mean fewer fences and more log to replay after
+    /// a crash (bounded by the ring anyway).
+    std::size_t write_back_lines = 256;
     /// Tests only: a policy that receives every persistence operation instead of the CPU /
     /// msync path. Must outlive the pool.
     persist_policy* policy = nullptr;
