@@ -275,7 +275,8 @@ TEST_CASE("tool: every subcommand on a fresh pool") {
     temp_path path("fresh");
     SUBCASE("create, then info, check, dump-log, recover") {
         auto r = run_tool({"create", path, "--size", "8M", "--max-threads", "2", "--log-capacity",
-                           "16K", "--root-capacity", "64K", "--base-address", "0x300000000000"});
+                           "16K", "--root-capacity", "64K", "--base-address", "0x300000000000",
+                           "--layout", "tool test"});
         INFO(r.out);
         REQUIRE(r.status == 0);
         CHECK(contains(r.out, path.str() + ": created"));
@@ -283,6 +284,9 @@ TEST_CASE("tool: every subcommand on a fresh pool") {
         CHECK(contains(r.out, "base address         0x300000000000"));
         CHECK(contains(r.out, "size                 8388608 bytes (8 MiB)"));
         CHECK(contains(r.out, "max threads          2"));
+        CHECK(contains(r.out, "layout name          'tool test'"));
+        CHECK(contains(r.out, "root                 not set"));
+        CHECK(contains(r.out, "layout version       0 "));
         CHECK(contains(r.out, "allocator            125 superblocks: 1 for the root, 0 of small "
                               "blocks, 0 in large spans, 124 free"));
 
@@ -294,7 +298,9 @@ TEST_CASE("tool: every subcommand on a fresh pool") {
         INFO(r.out);
         CHECK(r.status == 0);
         CHECK(r.out.front() == '{');
-        CHECK(json_number(r.out, "layout_version") == 1);
+        CHECK(json_number(r.out, "format_version") == tlptm::detail::layout_version);
+        CHECK(json_number(r.out, "layout_version") == 0);
+        CHECK(contains(r.out, "\"layout_name\": \"tool test\""));
         CHECK(json_number(r.out, "pool_size") == 8u << 20);
         CHECK(json_number(r.out, "max_threads") == 2);
         CHECK(json_number(r.out, "ring_size") == 20480); // 64 + 16 KiB, rounded to 4 KiB
@@ -321,14 +327,33 @@ TEST_CASE("tool: every subcommand on a fresh pool") {
         CHECK(report_number(r.out, "rings scanned") == 2);
         CHECK(report_number(r.out, "entries replayed") == 0);
     }
-    SUBCASE("info of a pool made by the library, with its root descriptor") {
-        make_pool(path);
+    SUBCASE("info of a pool made by the library, with its root and layout version") {
+        {
+            auto opt = small_options();
+            opt.layout = "made by the library";
+            auto pool = tlptm::pool::create(path, opt);
+            pool.root<tool_root>();
+            tlptm::atomic(pool, [&] { pool.layout_version() = 7; });
+        }
         auto r = run_tool({"info", path});
+        INFO(r.out);
         CHECK(r.status == 0);
-        CHECK(contains(r.out, "root                 24 bytes, type tag 0x"));
-        CHECK(contains(r.out, "no valid entries in 4 rings"));
+        CHECK(contains(r.out, "layout name          'made by the library'"));
+        CHECK(contains(r.out, "root                 24 bytes (may grow to 65472)"));
+        CHECK(contains(r.out, "layout version       7 "));
         r = run_tool({"info", path, "--json"});
         CHECK(json_number(r.out, "size") == sizeof(tool_root));
+        CHECK(json_number(r.out, "max_size") == 65472);
+        CHECK(json_number(r.out, "layout_version") == 7);
+        CHECK(contains(r.out, "\"layout_name\": \"made by the library\""));
+    }
+    SUBCASE("info of a pool without a layout name") {
+        make_pool(path);
+        auto r = run_tool({"info", path});
+        CHECK(contains(r.out, "layout name          none"));
+        CHECK(contains(r.out, "no valid entries in 4 rings"));
+        r = run_tool({"info", path, "--json"});
+        CHECK(contains(r.out, "\"layout_name\": null"));
     }
 }
 

@@ -191,6 +191,14 @@ public:
 
     std::uint64_t checkpoint() const noexcept { return header_.checkpoint_ts; }
 
+    /// The program's layout version word (pool.layout_version()) as stored in the file, before
+    /// any replay of the log. Call only on a valid view.
+    std::uint64_t layout_version() const noexcept {
+        std::uint64_t v;
+        std::memcpy(&v, map_ + detail::layout_version_offset(header_), sizeof v);
+        return v;
+    }
+
     /// I5: the offsets a log record may name (an aligned word in the heap or the metadata).
     bool replayable(std::uint64_t offset) const noexcept {
         const auto& h = header_;

@@ -333,7 +333,11 @@ void print_info_text(const pool_view& v) {
         return;
     }
     field("magic", "ok");
-    field("layout version", std::to_string(h.version));
+    field("format version", std::to_string(h.version));
+    if (h.layout_check == 0)
+        field("layout name", "none (created without pool_options::layout)");
+    else
+        field("layout name", "'" + detail::stored_layout(h) + "'");
     field("uuid", uuid_hex(h));
     field("size", bytes_text(h.pool_size));
     field("base address", hex(h.base_address));
@@ -357,11 +361,13 @@ void print_info_text(const pool_view& v) {
     if (h.root_info == 0)
         field("root", "not set (no root requested yet)");
     else
-        field("root", std::to_string(h.root_info & 0xFFFFFFFFu) + " bytes, type tag " +
-                          hex(h.root_info >> 32));
+        field("root", plural(h.root_info & 0xFFFFFFFFu, "byte", "bytes") + " (may grow to " +
+                          std::to_string(detail::max_root_size(h.root_capacity)) + ")");
     field("checkpoint CT", std::to_string(h.checkpoint_ts));
     if (!v.valid())
         return;
+    field("layout version",
+          std::to_string(v.layout_version()) + " (pool.layout_version(), before any replay)");
 
     const std::vector<ring_scan> rings = v.scan_rings();
     print_allocator_text(v.allocator_after_replay(rings));
@@ -398,7 +404,11 @@ void print_info_json(const pool_view& v) {
         j.string("header_error", v.header_error());
     j.boolean("magic_ok", v.header_present());
     if (v.header_present()) {
-        j.number("layout_version", std::uint64_t{h.version});
+        j.number("format_version", std::uint64_t{h.version});
+        if (h.layout_check == 0)
+            j.null("layout_name");
+        else
+            j.string("layout_name", detail::stored_layout(h));
         j.string("uuid", uuid_hex(h));
         j.number("pool_size", h.pool_size);
         j.string("base_address", hex(h.base_address));
@@ -419,11 +429,15 @@ void print_info_json(const pool_view& v) {
         } else {
             j.begin_object("root");
             j.number("size", h.root_info & 0xFFFFFFFFu);
-            j.number("type_tag", h.root_info >> 32);
+            j.number("max_size", detail::max_root_size(h.root_capacity));
             j.end_object();
         }
         j.number("checkpoint_ts", h.checkpoint_ts);
     }
+    if (v.valid())
+        j.number("layout_version", v.layout_version());
+    else if (v.header_present())
+        j.null("layout_version");
     if (v.valid()) {
         const std::vector<ring_scan> rings = v.scan_rings();
         const allocator_summary a = v.allocator_after_replay(rings);
@@ -716,6 +730,8 @@ int run_create(const arguments& a) {
         opt.root_capacity = parse_size("root-capacity", *s);
     if (const std::string* s = a.value("base-address"))
         opt.base_address = parse_size("base-address", *s);
+    if (const std::string* s = a.value("layout"))
+        opt.layout = *s;
 
     struct stat sb {};
     if (::stat(path.c_str(), &sb) == 0) {
@@ -738,9 +754,10 @@ const std::vector<command>& commands() {
          "header fields, areas and a summary of the log rings",
          "usage: tlptm info POOL [--json]\n"
          "\n"
-         "Prints the pool header (magic, layout version, uuid, size, base address, the offsets\n"
-         "and sizes of the areas, max threads, ring size, root capacity and descriptor, the\n"
-         "checkpoint timestamp CT), the allocator as recovery rebuilds it (superblocks by kind\n"
+         "Prints the pool header (magic, format version, layout name, uuid, size, base\n"
+         "address, the offsets and sizes of the areas, max threads, ring size, root capacity\n"
+         "and root size, the checkpoint timestamp CT), the program's layout version, the\n"
+         "allocator as recovery rebuilds it (superblocks by kind\n"
          "and block size, bytes in use) and, per log ring with valid entries, its generation,\n"
          "base_ts, entries, bytes, oldest and newest ts and how many entries have ts > CT\n"
          "(recovery would replay them), with totals. Read-only.\n"
@@ -805,14 +822,17 @@ const std::vector<command>& commands() {
          run_recover},
         {"create",
          "create a new pool file",
-         "usage: tlptm create POOL --size SIZE [--max-threads N] [--log-capacity SIZE]\n"
-         "                         [--root-capacity SIZE] [--base-address ADDR]\n"
+         "usage: tlptm create POOL --size SIZE [--layout NAME] [--max-threads N]\n"
+         "                         [--log-capacity SIZE] [--root-capacity SIZE]\n"
+         "                         [--base-address ADDR]\n"
          "\n"
          "Creates a pool with tlptm::pool::create (POOL must not exist) and prints its info.\n"
          "Sizes take the suffixes K, M, G, T (powers of 1024); numbers may be hexadecimal\n"
          "with a 0x prefix.\n"
          "\n"
          "  --size SIZE           size of the pool file (rounded up to 4 KiB)\n"
+         "  --layout NAME         the pool's layout name (pool_options::layout), up to 119\n"
+         "                        bytes; default: none\n"
          "  --max-threads N       threads that may run transactions at once (one log ring\n"
          "                        each), 1..4096; default 16\n"
          "  --log-capacity SIZE   log bytes per ring, 4K..2G; default 1M\n"
@@ -824,6 +844,7 @@ const std::vector<command>& commands() {
          "Exit status: 0 created, 1 the library refused (file exists, options cannot make a\n"
          "pool), 2 usage error.\n",
          {{"size", true},
+          {"layout", true},
           {"max-threads", true},
           {"log-capacity", true},
           {"root-capacity", true},
