@@ -248,13 +248,17 @@ std::string write_csv(const std::string& path, const std::vector<scale_series>& 
             std::string warnings;
             for (const std::string& w : fit.warnings)
                 warnings += (warnings.empty() ? "" : "; ") + w;
+            // Empty cells for what the fit did not estimate.
+            const bool has_sigma = fit.has_curve() || fit.status == usl_fit_status::contention_only;
+            auto sig = [&](double v) { return has_sigma ? num(v) : std::string(); };
+            auto kap = [&](double v) { return fit.has_curve() ? num(v) : std::string(); };
             std::fprintf(
                 f.get(), "%s,%s,%s,%s,%zu,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
                 s.workload.c_str(), s.backend.c_str(), to_string(fit.status),
                 s.fit_oversubscribed ? "all" : "cores", fit.points, fit.levels, fit.dof,
-                num(fit.sigma).c_str(), num(fit.sigma_se).c_str(), num(fit.sigma_lo).c_str(),
-                num(fit.sigma_hi).c_str(), num(fit.kappa).c_str(), num(fit.kappa_se).c_str(),
-                num(fit.kappa_lo).c_str(), num(fit.kappa_hi).c_str(), num(fit.r2).c_str(),
+                sig(fit.sigma).c_str(), sig(fit.sigma_se).c_str(), sig(fit.sigma_lo).c_str(),
+                sig(fit.sigma_hi).c_str(), kap(fit.kappa).c_str(), kap(fit.kappa_se).c_str(),
+                kap(fit.kappa_lo).c_str(), kap(fit.kappa_hi).c_str(), kap(fit.r2).c_str(),
                 opt_num(fit.p_peak, "").c_str(), opt_num(fit.s_peak, "").c_str(),
                 opt_num(fit.p_cross, "").c_str(),
                 s.linearised.ok ? num(s.linearised.sigma).c_str() : "",
