@@ -1,0 +1,387 @@
+// tlptm-shuffle: a persistent shuffle store after NV-Shuffle, against file-based shuffles.
+// docs/shuffle.md describes the design, the options and the figures.
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "driver.hpp"
+
+namespace {
+
+using namespace shuffle;
+
+const char* usage_text =
+    R"(usage: tlptm-shuffle [options]
+
+Modes (--mode):
+  compare   the four backends (and generate-only) side by side on the same records (default)
+  sweep     tlptm private and shared buffers for chunk sizes 4 KiB .. 1 MiB: throughput, space
+  skew      lazy against eager allocation (private buffers): allocations and space
+  crash     kill the map stage with SIGKILL at random moments, restart, compare (--kills N)
+
+Job:
+  --workload terasort|wordcount   (terasort)
+  --size BYTES          input data, suffixes k m g (256m)
+  --maps M              map tasks (16)
+  --reduces R           reduce tasks = partitions (16)
+  --threads T           worker threads running the tasks (2)
+  --record-size B       terasort record size (100; 10-byte key)
+  --zipf S              key / word skew exponent, 0 = uniform (terasort 0, wordcount 0.99)
+  --vocabulary N        wordcount: distinct words (65536)
+  --no-combine          wordcount: no map-side combining
+  --seed N              (1)
+Store:
+  --backend B           tlptm-private|tlptm-shared|file-hash|file-sort|generate-only|all (all)
+  --chunk BYTES         chunk size incl. its 16-byte header (8k)
+  --eager               allocate one chunk per (map, partition) up front
+  --write-ns N[,N...]   emulated persistent-memory write latency per line (0)
+  --dir PATH            pools and shuffle files (/dev/shm)
+Output:
+  --kills N             crash mode: kills (30)
+  --csv FILE  --json FILE  --progress  --quiet
+)";
+
+std::uint64_t parse_size(const std::string& s) {
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    std::string suf = end ? end : "";
+    std::uint64_t mul = 1;
+    if (suf == "k" || suf == "K" || suf == "KiB")
+        mul = 1ull << 10;
+    else if (suf == "m" || suf == "M" || suf == "MiB")
+        mul = 1ull << 20;
+    else if (suf == "g" || suf == "G" || suf == "GiB")
+        mul = 1ull << 30;
+    else if (!suf.empty())
+        throw std::invalid_argument("bad size: " + s);
+    if (v < 0)
+        throw std::invalid_argument("bad size: " + s);
+    return static_cast<std::uint64_t>(v * static_cast<double>(mul));
+}
+
+std::vector<std::uint32_t> parse_list(const std::string& s) {
+    std::vector<std::uint32_t> v;
+    std::size_t at = 0;
+    while (at <= s.size()) {
+        std::size_t comma = s.find(',', at);
+        std::string item =
+            s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        v.push_back(static_cast<std::uint32_t>(std::stoul(item)));
+        if (comma == std::string::npos)
+            break;
+        at = comma + 1;
+    }
+    return v;
+}
+
+struct cli {
+    std::string mode = "compare";
+    job_options job;
+    std::vector<backend_kind> backends;
+    std::vector<std::uint32_t> write_ns{0};
+    bool zipf_set = false;
+    unsigned kills = 30;
+    std::string csv, json;
+    bool quiet = false;
+};
+
+cli parse(int argc, char** argv) {
+    cli c;
+    std::string backend = "all";
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc)
+                throw std::invalid_argument(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--help" || a == "-h") {
+            std::fputs(usage_text, stdout);
+            std::exit(0);
+        } else if (a == "--mode") {
+            c.mode = value();
+        } else if (a == "--workload") {
+            std::string v = value();
+            if (v == "terasort")
+                c.job.w.kind = workload_kind::terasort;
+            else if (v == "wordcount")
+                c.job.w.kind = workload_kind::wordcount;
+            else
+                throw std::invalid_argument("unknown workload " + v);
+        } else if (a == "--size") {
+            c.job.w.input_bytes = parse_size(value());
+        } else if (a == "--maps") {
+            c.job.w.maps = static_cast<std::uint32_t>(std::stoul(value()));
+        } else if (a == "--reduces") {
+            c.job.w.partitions = static_cast<std::uint32_t>(std::stoul(value()));
+        } else if (a == "--threads") {
+            c.job.threads = static_cast<unsigned>(std::stoul(value()));
+        } else if (a == "--record-size") {
+            c.job.w.record_size = static_cast<std::uint32_t>(std::stoul(value()));
+        } else if (a == "--zipf") {
+            c.job.w.zipf = std::stod(value());
+            c.zipf_set = true;
+        } else if (a == "--vocabulary") {
+            c.job.w.vocabulary = static_cast<std::uint32_t>(std::stoul(value()));
+        } else if (a == "--no-combine") {
+            c.job.w.combine = false;
+        } else if (a == "--seed") {
+            c.job.w.seed = std::stoull(value());
+        } else if (a == "--backend") {
+            backend = value();
+        } else if (a == "--chunk") {
+            c.job.chunk_size = parse_size(value());
+        } else if (a == "--eager") {
+            c.job.lazy = false;
+        } else if (a == "--write-ns") {
+            c.write_ns = parse_list(value());
+        } else if (a == "--dir") {
+            c.job.dir = value();
+        } else if (a == "--kills") {
+            c.kills = static_cast<unsigned>(std::stoul(value()));
+        } else if (a == "--csv") {
+            c.csv = value();
+        } else if (a == "--json") {
+            c.json = value();
+        } else if (a == "--progress") {
+            c.job.progress = true;
+        } else if (a == "--quiet") {
+            c.quiet = true;
+        } else {
+            throw std::invalid_argument("unknown option " + a + " (--help)");
+        }
+    }
+    if (!c.zipf_set && c.job.w.kind == workload_kind::wordcount)
+        c.job.w.zipf = 0.99;
+    for (backend_kind b :
+         {backend_kind::tlptm_private, backend_kind::tlptm_shared, backend_kind::file_hash,
+          backend_kind::file_sort, backend_kind::generate_only})
+        if (backend == "all" || backend == to_string(b))
+            c.backends.push_back(b);
+    if (c.backends.empty())
+        throw std::invalid_argument("unknown backend " + backend);
+    if (c.mode != "compare" && c.mode != "sweep" && c.mode != "skew" && c.mode != "crash")
+        throw std::invalid_argument("unknown mode " + c.mode);
+    c.job.w.validate();
+    return c;
+}
+
+/// One row of the output: a run and the settings it ran with.
+struct row {
+    std::string mode;
+    job_options job;
+    job_result r;
+};
+
+std::string human(double bytes) {
+    char buf[32];
+    if (bytes >= 1 << 20)
+        std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / (1 << 20));
+    else
+        std::snprintf(buf, sizeof buf, "%.0f KiB", bytes / 1024);
+    return buf;
+}
+
+void print_header() {
+    std::printf("%-14s %6s %8s %6s | %8s %8s %8s | %7s %7s | %8s %7s %7s | %s\n", "backend",
+                "wr_ns", "chunk", "alloc", "map MB/s", "red MB/s", "all MB/s", "map s", "fetch s",
+                "space/B", "alloc/M", "aborts", "checksum");
+}
+
+void print_row(const row& x) {
+    const job_result& r = x.r;
+    double per_map = x.job.w.maps ? static_cast<double>(r.allocations) / x.job.w.maps : 0;
+    std::printf("%-14s %6u %8s %6s | %8.0f %8.0f %8.0f | %7.3f %7.3f | %8.3f %7.1f %7llu | "
+                "%016llx %s\n",
+                r.backend.c_str(), r.write_ns,
+                is_tlptm(x.job.backend) ? human(static_cast<double>(r.chunk_size)).c_str() : "-",
+                is_tlptm(x.job.backend) ? (r.lazy ? "lazy" : "eager") : "-", r.map_mbps(),
+                r.reduce_mbps(), r.shuffle_mbps(), r.map_s, r.fetch_s, r.space_ratio(), per_map,
+                static_cast<unsigned long long>(r.aborts),
+                static_cast<unsigned long long>(r.checksum),
+                r.error.empty() ? (x.job.backend == backend_kind::generate_only ? "" : "ok")
+                                : ("FAILED: " + r.error).c_str());
+    std::fflush(stdout);
+}
+
+void write_csv(const std::string& path, const std::vector<row>& rows) {
+    std::ofstream f(path);
+    f << "mode,workload,backend,write_ns,chunk_size,lazy,maps,partitions,threads,zipf,"
+         "input_bytes,shuffle_bytes,shuffle_records,map_s,reduce_s,fetch_s,map_MBps,reduce_MBps,"
+         "shuffle_MBps,space_bytes,space_ratio,superblock_bytes,allocations,allocations_per_map,"
+         "empty_chunks,transactions,aborts,log_bytes,flushed_lines,fences,checksum,valid\n";
+    for (const row& x : rows) {
+        const job_result& r = x.r;
+        char sum[24];
+        std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.checksum));
+        f << x.mode << ',' << to_string(x.job.w.kind) << ',' << r.backend << ',' << r.write_ns
+          << ',' << r.chunk_size << ',' << (r.lazy ? 1 : 0) << ',' << x.job.w.maps << ','
+          << x.job.w.partitions << ',' << x.job.threads << ',' << x.job.w.zipf << ','
+          << x.job.w.input_bytes << ',' << r.shuffle_bytes << ',' << r.shuffle_records << ','
+          << r.map_s << ',' << r.reduce_s << ',' << r.fetch_s << ',' << r.map_mbps() << ','
+          << r.reduce_mbps() << ',' << r.shuffle_mbps() << ',' << r.space_bytes << ','
+          << r.space_ratio() << ',' << r.superblock_bytes << ',' << r.allocations << ','
+          << static_cast<double>(r.allocations) / x.job.w.maps << ',' << r.empty_chunks << ','
+          << r.transactions << ',' << r.aborts << ',' << r.log_bytes << ',' << r.flushed_lines
+          << ',' << r.fences << ',' << sum << ',' << (r.error.empty() ? 1 : 0) << '\n';
+    }
+}
+
+void write_json(const std::string& path, const std::vector<row>& rows) {
+    std::ofstream f(path);
+    f << "[\n";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const row& x = rows[i];
+        const job_result& r = x.r;
+        char sum[24];
+        std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.checksum));
+        f << "  {\"mode\": \"" << x.mode << "\", \"workload\": \"" << to_string(x.job.w.kind)
+          << "\", \"backend\": \"" << r.backend << "\", \"write_ns\": " << r.write_ns
+          << ", \"chunk_size\": " << r.chunk_size << ", \"lazy\": " << (r.lazy ? "true" : "false")
+          << ", \"maps\": " << x.job.w.maps << ", \"partitions\": " << x.job.w.partitions
+          << ", \"threads\": " << x.job.threads << ", \"zipf\": " << x.job.w.zipf
+          << ", \"input_bytes\": " << x.job.w.input_bytes
+          << ", \"shuffle_bytes\": " << r.shuffle_bytes << ", \"map_s\": " << r.map_s
+          << ", \"reduce_s\": " << r.reduce_s << ", \"fetch_s\": " << r.fetch_s
+          << ", \"map_MBps\": " << r.map_mbps() << ", \"reduce_MBps\": " << r.reduce_mbps()
+          << ", \"shuffle_MBps\": " << r.shuffle_mbps() << ", \"space_bytes\": " << r.space_bytes
+          << ", \"space_ratio\": " << r.space_ratio() << ", \"allocations\": " << r.allocations
+          << ", \"empty_chunks\": " << r.empty_chunks << ", \"aborts\": " << r.aborts
+          << ", \"log_bytes\": " << r.log_bytes << ", \"checksum\": \"" << sum
+          << "\", \"valid\": " << (r.error.empty() ? "true" : "false") << "}"
+          << (i + 1 < rows.size() ? "," : "") << "\n";
+    }
+    f << "]\n";
+}
+
+int run_crash_mode(const cli& c) {
+    job_options o = c.job;
+    o.backend = backend_kind::tlptm_private;
+    o.write_ns = c.write_ns.front();
+    o.tag = "crash";
+    crash_reference ref = reference_run(o);
+    std::printf("crash test: %s, %s input, M=%u R=%u, chunk %s; crash-free map stage %.3f s, "
+                "checksum %016llx\n",
+                to_string(o.w.kind), human(static_cast<double>(o.w.input_bytes)).c_str(), o.w.maps,
+                o.w.partitions, human(static_cast<double>(o.chunk_size)).c_str(), ref.map_s,
+                static_cast<unsigned long long>(ref.checksum));
+    std::printf("%4s %8s %6s %8s %7s %8s %9s %9s %9s %s\n", "kill", "after s", "kept", "rerun",
+                "freed", "open ms", "restart ms", "rerun s", "heap ok", "checksum");
+    std::mt19937_64 rng(o.w.seed * 7919 + 17);
+    unsigned killed = 0, failed = 0;
+    double restart_sum = 0, restart_max = 0;
+    std::uint64_t kept_sum = 0;
+    for (unsigned k = 0; k < c.kills; ++k) {
+        // A random moment in the map stage (forking and opening the pool take a few ms).
+        double after = ref.map_s * (0.02 + 0.93 * std::uniform_real_distribution<>(0, 1)(rng));
+        crash_trial t = crash_and_restart(o, ref, after);
+        killed += t.killed;
+        failed += !t.error.empty();
+        restart_sum += t.restart_s;
+        restart_max = std::max(restart_max, t.restart_s);
+        kept_sum += t.complete_before;
+        std::printf(
+            "%4u %8.3f %6u %8u %7llu %8.2f %9.2f %9.3f %9s %016llx %s\n", k + 1, after,
+            t.complete_before, t.rerun, static_cast<unsigned long long>(t.discarded.chunks_freed),
+            t.open_s * 1e3, t.restart_s * 1e3, t.rerun_s,
+            t.heap_after_discard == t.heap_expected_after_discard && t.heap_final == ref.heap_final
+                ? "yes"
+                : "NO",
+            static_cast<unsigned long long>(t.checksum),
+            t.error.empty() ? (t.killed ? "ok" : "ok (finished before the kill)")
+                            : ("FAILED: " + t.error).c_str());
+        std::fflush(stdout);
+    }
+    std::printf("%u trials, %u killed in the map stage, %u failed; map tasks kept per crash "
+                "%.1f of %u; restart (open + discard) mean %.2f ms, max %.2f ms\n",
+                c.kills, killed, failed, c.kills ? static_cast<double>(kept_sum) / c.kills : 0,
+                o.w.maps, c.kills ? restart_sum / c.kills * 1e3 : 0, restart_max * 1e3);
+    return failed == 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    cli c;
+    try {
+        c = parse(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tlptm-shuffle: %s\n", e.what());
+        return 2;
+    }
+    try {
+        if (c.mode == "crash")
+            return run_crash_mode(c);
+        std::vector<row> rows;
+        bool failed = false;
+        auto run = [&](const std::string& mode, job_options o) {
+            row x{mode, o, run_job(o)};
+            if (!c.quiet)
+                print_row(x);
+            failed |= !x.r.error.empty();
+            rows.push_back(std::move(x));
+        };
+        const workload& w = c.job.w;
+        std::printf("%s: %s input, M=%u map tasks, R=%u partitions, %u threads, zipf %.2f%s\n",
+                    c.mode.c_str(), human(static_cast<double>(w.input_bytes)).c_str(), w.maps,
+                    w.partitions, c.job.threads, w.zipf,
+                    w.kind == workload_kind::terasort
+                        ? (", terasort records of " + std::to_string(w.record_size) + " B").c_str()
+                        : ", wordcount");
+        if (!c.quiet)
+            print_header();
+        for (std::uint32_t ns : c.write_ns) {
+            job_options o = c.job;
+            o.write_ns = ns;
+            if (c.mode == "compare") {
+                for (backend_kind b : c.backends) {
+                    if (ns != c.write_ns.front() && !is_tlptm(b))
+                        continue; // files do not see the emulated latency
+                    o.backend = b;
+                    o.tag = to_string(b);
+                    run(c.mode, o);
+                }
+            } else if (c.mode == "sweep") {
+                for (backend_kind b : c.backends) {
+                    if (!is_tlptm(b))
+                        continue;
+                    o.backend = b;
+                    o.tag = to_string(b);
+                    for (std::size_t chunk = 4096; chunk <= (1u << 20); chunk *= 2) {
+                        o.chunk_size = chunk;
+                        run(c.mode, o);
+                    }
+                }
+            } else { // skew
+                o.backend = backend_kind::tlptm_private;
+                o.tag = "skew";
+                for (bool lazy : {true, false}) {
+                    o.lazy = lazy;
+                    run(c.mode, o);
+                }
+            }
+        }
+        // Every backend of a mode must agree on the result.
+        for (const row& x : rows)
+            if (x.job.backend != backend_kind::generate_only && x.r.error.empty() &&
+                x.r.checksum != rows.front().r.checksum) {
+                std::printf("checksums differ between backends\n");
+                failed = true;
+                break;
+            }
+        if (!c.csv.empty())
+            write_csv(c.csv, rows);
+        if (!c.json.empty())
+            write_json(c.json, rows);
+        return failed ? 1 : 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tlptm-shuffle: %s\n", e.what());
+        return 1;
+    }
+}
