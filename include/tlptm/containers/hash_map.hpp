@@ -279,7 +279,7 @@ public:
         if (b == nullptr)
             return 0;
         for (bucket* link = b; node* n = link->get(); link = &n->next) {
-            if (n->hash.get() == h && equal(n, k)) {
+            if (matches(n, h, k)) {
                 unlink(t, link, n);
                 return 1;
             }
@@ -317,8 +317,9 @@ public:
         if (tb == nullptr)
             return;
         size_type n = bucket_count_.get();
+        shape s = read_shape();
         for (size_type pos = 0; pos < 2 * n; ++pos) {
-            bucket* b = bucket_at(pos);
+            bucket* b = bucket_at(s, pos);
             for (node* x = b ? b->get() : nullptr; x != nullptr;) {
                 node* nx = x->next.get();
                 free_node(t, x);
@@ -385,61 +386,80 @@ private:
 
     std::uint64_t hash_of(const key_arg& k) const { return static_cast<std::uint64_t>(Hash{}(k)); }
 
-    bool equal(const node* n, const key_arg& k) const {
+    /// True if node n (of hash h) holds key k. String keys compare the kept hash first (a
+    /// word) before their characters; other keys compare directly (one read).
+    bool matches(const node* n, std::uint64_t h, const key_arg& k) const {
         if constexpr (string_key)
-            return n->entry.first.equals(k);
+            return n->hash.get() == h && n->entry.first.equals(k);
         else
             return KeyEqual{}(n->entry.first.get(), k);
     }
 
-    /// The bucket at virtual position pos in [0, 2 * bucket_count_): position 2i (and 2i + 1)
-    /// is old bucket i, or, once it has moved, the new buckets i (and i + n) its nodes went to.
-    bucket* bucket_at(size_type pos) const {
+    /// The four words that say where the buckets are, read together.
+    struct shape {
+        bucket* table;
+        size_type count;
+        bucket* next;
+        size_type migrated;
+    };
+    shape read_shape() const {
+        static_assert(offsetof(hash_map, bucket_count_) == offsetof(hash_map, table_) + 8 &&
+                          offsetof(hash_map, next_table_) == offsetof(hash_map, table_) + 16 &&
+                          offsetof(hash_map, migrated_) == offsetof(hash_map, table_) + 24,
+                      "the shape fields are adjacent words");
+        shape s;
+        detail::load_bytes(&s, &table_, sizeof s);
+        return s;
+    }
+
+    /// The bucket at virtual position pos in [0, 2 * count): position 2i (and 2i + 1) is old
+    /// bucket i, or, once it has moved, the new buckets i (and i + count) its nodes went to.
+    static bucket* bucket_at(const shape& s, size_type pos) {
         size_type i = pos / 2, half = pos % 2;
-        bucket* nb = next_table_.get();
-        if (nb != nullptr && i < migrated_.get())
-            return nb + i + half * bucket_count_.get();
-        return half == 0 ? table_.get() + i : nullptr;
+        if (s.next != nullptr && i < s.migrated)
+            return s.next + i + half * s.count;
+        return half == 0 ? s.table + i : nullptr;
     }
 
     /// The bucket of hash h and its virtual position (nullptr if there is no table).
-    std::pair<bucket*, size_type> locate(std::uint64_t h) const {
-        bucket* tb = table_.get();
-        if (tb == nullptr)
+    static std::pair<bucket*, size_type> locate(const shape& s, std::uint64_t h) {
+        if (s.table == nullptr)
             return {nullptr, 0};
-        size_type n = bucket_count_.get();
-        size_type i = h & (n - 1);
-        if (bucket* nb = next_table_.get(); nb != nullptr && i < migrated_.get()) {
-            size_type j = h & (2 * n - 1);
-            return {nb + j, 2 * i + (j >= n ? 1 : 0)};
+        size_type i = h & (s.count - 1);
+        if (s.next != nullptr && i < s.migrated) {
+            size_type j = h & (2 * s.count - 1);
+            return {s.next + j, 2 * i + (j >= s.count ? 1 : 0)};
         }
-        return {tb + i, 2 * i};
+        return {s.table + i, 2 * i};
     }
+    std::pair<bucket*, size_type> locate(std::uint64_t h) const { return locate(read_shape(), h); }
 
     iterator lookup(const key_arg& k) const {
         const std::uint64_t h = hash_of(k);
         auto [b, pos] = locate(h);
         if (b != nullptr)
             for (node* n = b->get(); n != nullptr; n = n->next.get())
-                if (n->hash.get() == h && equal(n, k))
+                if (matches(n, h, k))
                     return iterator(this, n, pos);
         return iterator(this, nullptr, 0);
     }
 
     /// Moves `node_` / `pos` on to the first node at a position after pos (or to end()).
     void skip_empty(node*& n, size_type& pos) const {
-        size_type limit = 2 * bucket_count_.get();
+        shape s = read_shape();
+        size_type limit = 2 * s.count;
         while (n == nullptr && ++pos < limit)
-            if (bucket* b = bucket_at(pos))
+            if (bucket* b = bucket_at(s, pos))
                 n = b->get();
         if (n == nullptr)
             pos = 0;
     }
 
     iterator first_from(size_type pos) const {
-        if (table_.get() == nullptr)
+        shape s = read_shape();
+        if (s.table == nullptr)
             return iterator(this, nullptr, 0);
-        bucket* b = bucket_at(pos);
+        bucket* b = bucket_at(s, pos);
         node* n = b ? b->get() : nullptr;
         if (n == nullptr)
             skip_empty(n, pos);
@@ -449,14 +469,14 @@ private:
     /// insert / insert_or_assign.
     std::pair<iterator, bool> put(tx& t, const key_arg& k, const mapped_arg& v, bool assign) {
         const std::uint64_t h = hash_of(k);
-        if (table_.get() == nullptr)
-            make_table(t);
-        else if (next_table_.get() != nullptr)
-            for (size_type s = 0; s < buckets_moved_per_insert && next_table_.get() != nullptr; ++s)
-                move_bucket(t);
-        auto [b, pos] = locate(h);
+        shape s = read_shape();
+        if (s.table == nullptr)
+            make_table(t, s);
+        for (size_type m = 0; m < buckets_moved_per_insert && s.next != nullptr; ++m)
+            move_bucket(t, s);
+        auto [b, pos] = locate(s, h);
         for (node* n = b->get(); n != nullptr; n = n->next.get()) {
-            if (n->hash.get() == h && equal(n, k)) {
+            if (matches(n, h, k)) {
                 if (assign)
                     n->entry.second = v;
                 return {iterator(this, n, pos), false};
@@ -467,8 +487,8 @@ private:
         auto& stripe = stripes_[detail::this_thread_map_stripe()].n;
         std::int64_t c = stripe.get() + 1;
         stripe = c;
-        if (c % load_check_interval == 0 && next_table_.get() == nullptr)
-            maybe_grow(t);
+        if (c % load_check_interval == 0 && s.next == nullptr)
+            maybe_grow(t, s);
         return {iterator(this, n, pos), true};
     }
 
@@ -509,18 +529,20 @@ private:
     }
 
     /// The first table: initial_buckets empty buckets (AALO: zeroed in place).
-    void make_table(tx& t) {
+    void make_table(tx& t, shape& s) {
         auto* tb = static_cast<bucket*>(t.alloc(initial_buckets * sizeof(bucket)));
         static const bucket zeros[initial_buckets] = {};
         t.write(tb, zeros, sizeof zeros);
         table_ = tb;
         bucket_count_ = initial_buckets;
+        s.table = tb;
+        s.count = initial_buckets;
     }
 
     /// Starts a rehash if the load factor is above the maximum. If the pool has no room for
     /// the new table, the map keeps its buckets (the insert that asked still succeeds).
-    void maybe_grow(tx& t) {
-        size_type n = bucket_count_.get();
+    void maybe_grow(tx& t, const shape& s) {
+        size_type n = s.count;
         if (static_cast<float>(size()) <= max_load_factor() * static_cast<float>(n))
             return;
         if (2 * n > max_size())
@@ -533,18 +555,18 @@ private:
             return;
         }
         next_table_ = nb;
-        if (migrated_.get() != 0)
+        if (s.migrated != 0)
             migrated_ = 0;
     }
 
     /// Moves the next old bucket into the new table (splitting its chain by hash bit n,
     /// keeping the order, storing only the links that change); the last one retires the old
     /// table.
-    void move_bucket(tx& t) {
-        bucket* tb = table_.get();
-        bucket* nb = next_table_.get();
-        size_type n = bucket_count_.get();
-        size_type i = migrated_.get();
+    void move_bucket(tx& t, shape& s) {
+        bucket* tb = s.table;
+        bucket* nb = s.next;
+        size_type n = s.count;
+        size_type i = s.migrated;
         node* head[2] = {nullptr, nullptr};
         node* tail[2] = {nullptr, nullptr};
         node* tail_next[2] = {nullptr, nullptr}; // what tail[side]->next holds now
@@ -566,12 +588,14 @@ private:
         nb[i + n] = head[1];
         if (i + 1 < n) {
             migrated_ = i + 1;
+            s.migrated = i + 1;
             return;
         }
         table_ = nb;
         bucket_count_ = 2 * n;
         next_table_ = nullptr;
         migrated_ = 0;
+        s = shape{nb, 2 * n, nullptr, 0};
         t.free(tb);
     }
 
