@@ -182,10 +182,13 @@ inline std::size_t encode_compressed_records(std::uint8_t* out, std::span<const 
     return static_cast<std::size_t>(p - out);
 }
 
+/// Most bytes one record can take in encode_compressed_records' output.
+inline constexpr std::size_t compressed_bound_per_record = 9 + 1 + 9;
+
 /// Upper bound of encode_compressed_records' output for n records (spill of the last varint
 /// store included).
 inline constexpr std::size_t compressed_bound(std::size_t n) noexcept {
-    return n * (9 + 1 + 9) + codec::put_varint_writable_bytes;
+    return n * compressed_bound_per_record + codec::put_varint_writable_bytes;
 }
 
 /// Decodes compressed records from [p, end), calling f(log_record) for each word. Returns

@@ -154,8 +154,48 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
     });
 }
 
+/// True if the pool's log mode compresses entries (CBLO).
+inline bool compresses(const pool_state& st) noexcept {
+    return st.mode == log_mode::cblo || st.mode == log_mode::tlptm;
+}
+
+/// The largest write-set (in words) whose entry surely fits in the slot's ring, whatever its
+/// contents: below it no store needs a size check.
+inline std::size_t words_that_surely_fit(const thread_slot& s) noexcept {
+    std::size_t cap = s.ring.capacity();
+    if (compresses(*s.pool)) {
+        std::size_t fixed = max_compressed_header_bytes + codec::put_varint_writable_bytes;
+        return cap > fixed ? (cap - fixed) / compressed_bound_per_record : 0;
+    }
+    return cap > baseline_header_bytes ? (cap - baseline_header_bytes) / 24 : 0;
+}
+
+/// Raises log_overflow at the store that makes the transaction's entry too large for its ring,
+/// instead of at commit after the whole write-set was built. Called when the write-set reaches
+/// s.overflow_check_at words: encodes a sorted copy (the exact size), then checks again only
+/// once the words added since could have filled the rest of the ring.
+/// @throw log_overflow the entry no longer fits
+inline void check_entry_size(thread_slot& s) {
+    auto& scratch = s.size_check_records;
+    scratch.assign(s.writes.entries().begin(), s.writes.entries().end());
+    std::sort(scratch.begin(), scratch.end(),
+              [](const log_record& a, const log_record& b) { return a.offset < b.offset; });
+    std::size_t bound =
+        s.entry.encode(compresses(*s.pool) ? entry_format::compressed : entry_format::baseline,
+                       scratch, s.pool->pointers());
+    if (bound > s.ring.capacity())
+        throw log_overflow(bound, s.ring.capacity());
+    // No word adds more than a record's largest encoding: until the room left is used up at
+    // that rate, no store can make the entry too large. The checks get closer as the entry
+    // fills the ring, about log(capacity) of them in all.
+    std::size_t per_word = compresses(*s.pool) ? compressed_bound_per_record : 24;
+    s.overflow_check_at =
+        scratch.size() + std::max<std::size_t>(1, (s.ring.capacity() - bound) / per_word);
+}
+
 /// Buffers a store of n bytes from src to dst in the write-set, wherever dst is in the pool
 /// (the allocator's metadata included). Internal.
+/// @throw log_overflow the transaction's entry no longer fits in its log ring
 inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::size_t n) {
     pool_state& st = *s.pool;
     auto* in = static_cast<const std::uint8_t*>(src);
@@ -164,6 +204,8 @@ inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::
                       std::uint64_t v = 0;
                       std::memcpy(reinterpret_cast<std::uint8_t*>(&v) + skip, in + done, take);
                       s.writes.put(w, v, byte_mask(skip, take));
+                      if (s.writes.size() >= s.overflow_check_at)
+                          check_entry_size(s);
                   });
 }
 
@@ -201,6 +243,7 @@ inline void begin(thread_slot& s) {
     s.doomed = false;
     s.committed = false;
     s.nested_error = nullptr;
+    s.overflow_check_at = words_that_surely_fit(s);
     // I3: enter() published a lower bound of the start (active_since, seq_cst) before this
     // snapshot is read, so a reclaimer either sees this attempt or this attempt sees the free.
     s.snapshot = s.pool->clock.load(std::memory_order_seq_cst);
@@ -223,7 +266,6 @@ inline void finish_attempt(thread_slot& s) noexcept {
             h.untake_superblock(s.index, sc);
     s.alloc.clear();
     s.writes.clear();
-    s.active_since.store(0, std::memory_order_release);
 }
 
 /// Releases the orecs locked by a failed commit, restoring their versions.
@@ -334,9 +376,8 @@ inline void commit(thread_slot& s) {
     }
     s.writes.sort_for_commit();
     const auto& recs = s.writes.entries();
-    bool compress = st.mode == log_mode::cblo || st.mode == log_mode::tlptm;
-    std::size_t bound = s.entry.encode(compress ? entry_format::compressed : entry_format::baseline,
-                                       recs, st.pointers());
+    std::size_t bound = s.entry.encode(
+        compresses(st) ? entry_format::compressed : entry_format::baseline, recs, st.pointers());
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
@@ -573,35 +614,42 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
     detail::pool_state& st = *stp;
     if (st.poisoned())
         st.throw_poisoned();
-    detail::thread_slot& s = detail::this_thread_registry.slot_for(stp);
-    struct attempt_scope { // leaves the attempt however it ends
+    // The attempt takes a slot (its log ring and descriptor) for as long as it runs; the
+    // thread's last slot is tried first. Between attempts the slot is free for other threads.
+    detail::thread_slot* preferred = &detail::this_thread_registry.slot_for(stp);
+    struct attempt_scope { // takes a slot and gives it back however the attempt ends
         detail::pool_state& st;
         detail::thread_slot& s;
-        attempt_scope(detail::pool_state& st_, detail::thread_slot& s_, bool serial)
-            : st(st_), s(s_) {
+        const bool serial;
+        attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_)
+            : st(st_), s(take(st_, preferred, serial_)), serial(serial_) {
             s.serial = serial;
-            if (serial) {
-                st.lock_exclusive();
-                st.enter_serial(s);
-            } else {
-                st.enter(s);
-            }
+            if (&s != preferred)
+                detail::this_thread_registry.remember(st, s);
             detail::current_tx = &s;
             detail::begin(s);
+        }
+        static detail::thread_slot& take(detail::pool_state& st, detail::thread_slot* preferred,
+                                         bool serial) {
+            if (!serial)
+                return st.enter(preferred);
+            st.lock_exclusive();
+            return st.enter_serial(preferred);
         }
         ~attempt_scope() {
             detail::current_tx = nullptr;
             detail::finish_attempt(s);
-            if (s.serial)
-                st.unlock_exclusive();
-            else
-                st.leave(s);
             s.serial = false;
+            st.leave(s); // the last access to the slot: another attempt may take it now
+            if (serial)
+                st.unlock_exclusive();
         }
     };
     for (unsigned aborts = 0;; ++aborts) {
         {
-            attempt_scope scope(st, s, aborts >= serial_after_aborts);
+            attempt_scope scope(st, preferred, aborts >= serial_after_aborts);
+            detail::thread_slot& s = scope.s;
+            preferred = &s;
             tx t(s);
             try {
                 if constexpr (std::is_void_v<R>) {
@@ -622,11 +670,11 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
                 }
                 // An exception that followed a swallowed retry signal: retry.
             }
+            detail::thread_counters::add(s.pctx.counters.tx_aborted, 1);
         }
         if (st.poisoned())
             st.throw_poisoned();
-        detail::thread_counters::add(s.pctx.counters.tx_aborted, 1);
-        detail::backoff(s.rng, aborts + 1);
+        detail::backoff(detail::backoff_rng, aborts + 1);
     }
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,12 +51,11 @@ namespace tlptm::detail {
 struct pool_state;
 
 /// One thread slot: its log ring, the ring's volatile write position, the persistence context
-/// and the transaction descriptor of the thread that owns the slot. Slots outlive the threads
-/// that use them; a slot is reused by the next thread that registers.
+/// and the transaction descriptor. A slot is held by one transaction attempt at a time
+/// (active_since != 0), whatever thread runs it.
 struct thread_slot {
     pool_state* pool = nullptr;
     std::uint32_t index = 0;
-    bool in_use = false; ///< guarded by pool_state::slots_mutex
 
     // Log ring (DESIGN §3).
     log_ring ring;
@@ -80,8 +80,10 @@ struct thread_slot {
     /// The first exception that left a nested atomic of this attempt: the outermost atomic
     /// rethrows it instead of committing (the whole transaction aborts, as in PMDK).
     std::exception_ptr nested_error;
+    /// Write-set size (words) at which the entry's size is checked next (early log_overflow).
+    std::size_t overflow_check_at = 0;
+    std::vector<log_record> size_check_records; ///< scratch of that check
     alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
-    std::uint64_t rng = 0x9E3779B97F4A7C15ull;
 
     /// Between taking a commit timestamp and the moment its write-back is durable: a lower
     /// bound of the oldest such timestamp of this slot, else 0. CT may not pass it (I2). With
@@ -134,8 +136,8 @@ struct pool_state {
     std::mutex root_mutex;
     heap allocator; ///< volatile allocator state, rebuilt by recovery
 
-    std::mutex slots_mutex;
     std::vector<std::unique_ptr<thread_slot>> slots;
+    std::atomic<std::uint32_t> next_suggestion{0}; ///< see suggest_slot()
     persist_ctx admin_ctx; ///< persistence context of open/close/recover (not a thread slot)
 
     pool_state() = default;
@@ -323,25 +325,71 @@ struct pool_state {
 
     // ---- exclusive sections: serial transactions, close, recover ------------------------
 
-    /// Marks `s` active for a transaction attempt (active_since = 1 + a lower bound of the
-    /// clock now), waiting while an exclusive section runs. One locked store: it serves both
-    /// the exclusive sections and I3.
-    void enter(thread_slot& s) noexcept {
-        for (;;) {
+    // ---- thread slots: held by running transaction attempts, not by threads ----------------
+    //
+    // A slot (its log ring and transaction descriptor) is taken by an attempt when it starts
+    // and given back when it ends; active_since != 0 means taken. Taking it is one locked
+    // compare-and-swap that serves three purposes at once: ownership of the slot, the mark that
+    // exclusive sections wait for, and the start time I3 needs. A thread tries its last slot
+    // first (locality); when all max_threads slots are taken it waits for one.
+
+    /// Takes a free slot, `preferred` first; nullptr if every slot is taken.
+    thread_slot* take_slot(thread_slot* preferred) noexcept {
+        const std::uint64_t since = clock.load(std::memory_order_relaxed) + 1;
+        auto take = [&](thread_slot& s) {
+            std::uint64_t expect = 0;
+            return s.active_since.load(std::memory_order_relaxed) == 0 &&
+                   s.active_since.compare_exchange_strong(expect, since, std::memory_order_seq_cst);
+        };
+        if (preferred) {
+            note_locked_op(preferred->pctx);
+            if (take(*preferred))
+                return preferred;
+        }
+        for (auto& s : slots)
+            if (s.get() != preferred && take(*s))
+                return s.get();
+        return nullptr;
+    }
+
+    /// Takes a slot for a transaction attempt, waiting while an exclusive section runs or while
+    /// every slot is taken. The CAS orders the mark before the re-check of exclusive_flag
+    /// (Dekker with lock_exclusive).
+    thread_slot& enter(thread_slot* preferred) noexcept {
+        sched(sched_point::slot, preferred);
+        for (unsigned spins = 0;; ++spins) {
             while (exclusive_flag.load(std::memory_order_acquire) != 0)
                 cpu_relax();
-            note_locked_op(s.pctx);
-            s.active_since.store(clock.load(std::memory_order_relaxed) + 1,
-                                 std::memory_order_seq_cst);
-            if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
-                return;
-            s.active_since.store(0, std::memory_order_seq_cst);
+            if (thread_slot* s = take_slot(preferred)) {
+                if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
+                    return *s;
+                s->active_since.store(0, std::memory_order_seq_cst);
+                continue;
+            }
+            if (spins < 64)
+                cpu_relax();
+            else if (spins < 4096)
+                std::this_thread::yield();
+            else
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
     }
+
+    /// Gives the slot back: the attempt's last access to it (release: the next owner sees the
+    /// descriptor as this attempt left it).
     void leave(thread_slot& s) noexcept { s.active_since.store(0, std::memory_order_release); }
-    /// Marks the serial attempt of `s` (exclusive section held) for I3.
-    void enter_serial(thread_slot& s) noexcept {
+
+    /// Takes a slot for a serial attempt; the caller holds the exclusive section, so no
+    /// attempt runs and every slot is free.
+    thread_slot& enter_serial(thread_slot* preferred) noexcept {
+        thread_slot& s = preferred ? *preferred : *slots.front();
         s.active_since.store(clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+        return s;
+    }
+
+    /// The slot a thread that has none in this pool should try first: spread round-robin.
+    thread_slot* suggest_slot() noexcept {
+        return slots[next_suggestion.fetch_add(1, std::memory_order_relaxed) % slots.size()].get();
     }
 
     /// Waits until no transaction runs and keeps new ones from starting. The caller must not
@@ -379,32 +427,16 @@ struct pool_state {
         }
     }
 
-    /// Takes a free slot for the calling thread. Throws tlptm::error if all max_threads slots
-    /// are taken.
-    thread_slot& acquire_slot() {
-        std::lock_guard lk(slots_mutex);
-        for (auto& s : slots) {
-            if (!s->in_use) {
-                s->in_use = true;
-                return *s;
-            }
-        }
-        throw error("tlptm: pool '" + path + "': all " + std::to_string(slots.size()) +
-                    " thread slots are in use (the pool was created with max_threads = " +
-                    std::to_string(slots.size()) + ")");
-    }
-
-    /// Called by the slot's thread when it exits: its last write-back is fenced first.
-    void release_slot(thread_slot& s) noexcept {
+    /// Settles the slot a thread leaves behind when it exits, so that its write-back does not
+    /// hold CT back until the next checkpoint. Safe from any thread, even if another thread
+    /// runs a transaction in the slot meanwhile.
+    void settle_on_exit(thread_slot& s) noexcept {
+        sched(sched_point::slot, &s);
         try {
             settle(s, s.pctx);
         } catch (...) {
-            // settle poisoned the pool; the slot is released all the same (its in_flight keeps
-            // CT below its unapplied commits, and a poisoned pool never advances CT again).
+            // settle poisoned the pool; a poisoned pool never advances CT again.
         }
-        sched(sched_point::slot, &s);
-        std::lock_guard lk(slots_mutex);
-        s.in_use = false;
     }
 
     /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
@@ -461,7 +493,8 @@ struct pool_state {
     }
 };
 
-/// The thread's bindings to pools (slot per pool); released at thread exit.
+/// The slot each pool's transactions of this thread used last (tried first next time); at
+/// thread exit its pending write-back is settled.
 struct thread_registry {
     struct binding {
         std::uint64_t pool_id;
@@ -477,18 +510,26 @@ struct thread_registry {
     ~thread_registry() {
         for (auto& b : bindings)
             if (auto p = b.pool.lock())
-                p->release_slot(*b.slot);
+                p->settle_on_exit(*b.slot);
     }
 
-    /// The calling thread's slot in `pool`, registering on first use.
+    /// The slot the calling thread's next transaction on `pool` tries first (not taken by
+    /// this call: transactions take slots, see pool_state::enter).
     thread_slot& slot_for(const std::shared_ptr<pool_state>& pool) {
         for (auto& b : bindings)
             if (b.pool_id == pool->id)
                 return *b.slot;
         std::erase_if(bindings, [](const binding& b) { return b.pool.expired(); });
-        thread_slot& s = pool->acquire_slot();
-        bindings.push_back(binding{pool->id, pool, &s});
-        return s;
+        thread_slot* s = pool->suggest_slot();
+        bindings.push_back(binding{pool->id, pool, s});
+        return *s;
+    }
+
+    /// Records the slot the thread's transaction on `pool` took.
+    void remember(const pool_state& pool, thread_slot& s) noexcept {
+        for (auto& b : bindings)
+            if (b.pool_id == pool.id)
+                b.slot = &s;
     }
 
     /// Forgets the binding to `pool` (the pool is closing).

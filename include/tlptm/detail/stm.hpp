@@ -80,6 +80,15 @@ private:
     std::unique_ptr<std::atomic<std::uint64_t>[]> orecs_;
 };
 
+/// A seed that differs between threads (the address of a thread-local object).
+inline std::uint64_t thread_seed() noexcept {
+    static thread_local char anchor;
+    return (reinterpret_cast<std::uintptr_t>(&anchor) * 0x9E3779B97F4A7C15ull) | 1;
+}
+
+/// The calling thread's state of the back-off's random generator.
+inline thread_local std::uint64_t backoff_rng = thread_seed();
+
 /// Randomised exponential back-off after the n-th consecutive abort.
 inline void backoff(std::uint64_t& rng, unsigned aborts) noexcept {
     rng ^= rng << 13;
