@@ -117,8 +117,9 @@ struct ring_scan {
     }
 };
 
-/// The allocator as recovery rebuilds it: the persistent descriptors and bitmaps after the
-/// replay of the log entries with ts > CT.
+/// The allocator as recovery rebuilds it: the persistent descriptors, bitmaps and heap summary
+/// after the replay of the log entries with ts > CT (every arena read, as the library does only
+/// lazily).
 struct allocator_summary {
     /// False if the state could not be rebuilt: see `error` (damaged metadata) or `log_refused`.
     bool ok = false;
@@ -289,6 +290,7 @@ public:
         try {
             auto h = std::make_unique<detail::heap>();
             h->rebuild(image, header_, path_);
+            h->scan_all(); // every arena, also those the heap summary calls empty
             a.figures = h->figures();
             a.ok = true;
         } catch (const tlptm::corruption_error& e) {

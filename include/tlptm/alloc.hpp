@@ -11,12 +11,14 @@
 // straight to the pool (no write-set, no log); their lines are flushed before F1 (I4).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -61,25 +63,65 @@ inline void set_bitmap_bit(thread_slot& s, std::uint32_t i, std::uint32_t b, boo
 inline void reclaim(thread_slot& s, bool force) {
     pool_state& st = *s.pool;
     heap& h = st.allocator;
-    auto [newest, count] = h.pending_summary();
+    std::size_t count = h.pending_count();
     if (count == 0)
         return;
-    if ((force || count >= 64) && st.durable_checkpoint() < newest)
-        st.checkpoint(s.pctx);
+    if (force || count >= 64) {
+        std::uint64_t newest = h.pending_range().second;
+        if (newest != 0 && st.durable_checkpoint() < newest)
+            st.checkpoint(s.pctx);
+    }
     // I3 with a CT known durable: a free is reused only once no crash can bring back a log
-    // entry older than it (a CT stored by another thread but not yet fenced does not count).
+    // entry older than it (a CT stored by another thread but not yet fenced does not count),
+    // and once no attempt that was running at the free still runs.
     sched(sched_point::ct_read, nullptr);
     std::uint64_t ct = st.durable_checkpoint();
     std::uint64_t oldest = st.oldest_active();
-    h.reclaim([&](std::uint64_t ts) { return ts <= ct && ts <= oldest; }, // I3
-              [&](const pending_free& p) {
-                  if (p.large) {
-                      h.release_span(p.sb);
-                  } else {
-                      h.release_block(p.sb, p.block);
-                      h.maybe_return(s.index, p.sb);
-                  }
-              });
+    auto ripe = h.take_ripe([&](std::uint64_t ts) { return ts <= ct && ts <= oldest; }); // I3
+    for (const pending_free& p : ripe) {
+        if (p.large) {
+            h.release_span(p.sb);
+        } else {
+            h.release_block(p.sb, p.block);
+            h.after_release(p.sb);
+        }
+    }
+}
+
+/// Marks the arenas of superblocks [first, first + n) as used in the heap summary, in the
+/// transaction that takes them. A word that already reads non-zero needs no store: a
+/// committed transaction with a smaller timestamp wrote it (or it was so when the pool was
+/// opened), so no crash can keep this transaction and lose that word.
+inline void mark_arenas_used(thread_slot& s, std::uint32_t first, std::uint32_t n) {
+    pool_state& st = *s.pool;
+    heap& h = st.allocator;
+    for (std::uint64_t a = first / arena_superblocks; a <= (first + n - 1) / arena_superblocks;
+         ++a) {
+        std::uint64_t off = h.summary_offset(a);
+        if (__atomic_load_n(st.word_at(off), __ATOMIC_ACQUIRE) == 0)
+            meta_store(s, off, std::uint64_t{1});
+    }
+}
+
+/// Memory is short and every way to find room failed once. Frees that I3 still holds back
+/// may become reusable: returns true if the caller should try again. If this very attempt is
+/// what holds them back (it began before they committed), it is restarted (tx_retry): a new
+/// attempt does not hold them. Otherwise waits a little for the attempts that do.
+inline bool wait_for_pending(thread_slot& s, unsigned& waits) {
+    heap& h = s.pool->allocator;
+    auto [oldest_free, newest_free] = h.pending_range();
+    if (newest_free == 0)
+        return false;
+    std::uint64_t since = s.active_since.load(std::memory_order_relaxed);
+    if (since != 0 && newest_free > since - 1 && !s.serial)
+        conflict(s); // retried from the start; after a few, alone (serial mode)
+    (void)oldest_free;
+    if (waits >= 200)
+        return false;
+    ++waits;
+    std::this_thread::yield();
+    reclaim(s, true);
+    return true;
 }
 
 /// Allocates n bytes (16-byte aligned) in the running transaction.
@@ -94,51 +136,53 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
     std::uint64_t offset, size;
     if (n <= max_small_size) {
         std::size_t cls = class_of(n);
-        std::int64_t sb = -1, b = -1;
-        auto from_local = [&] {
-            auto& local = h.local(s.index, cls);
-            for (std::size_t k = local.size(); k-- > 0 && b < 0;)
-                if ((b = h.claim_block(local[k])) >= 0)
-                    sb = local[k];
-        };
-        // Own superblocks; then frees I3 already allows; then a superblock from the global
-        // pool; then, memory being short, advance CT for the frees that wait for it.
-        for (int round = 0; round < 2 && b < 0; ++round) {
-            from_local();
-            if (b >= 0)
-                break;
-            reclaim(s, round == 1);
-            from_local();
-            if (b >= 0)
-                break;
-            bool fresh = false;
-            sb = h.take_superblock(s.index, cls, fresh);
-            if (sb < 0)
-                continue;
-            auto i = static_cast<std::uint32_t>(sb);
-            if (fresh) {
-                s.alloc.sb_claims.push_back(i);
-                meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::small, size_classes[cls]));
+        // Own superblocks first (the fast path).
+        block_claim c = h.claim_local(s.index, cls);
+        unsigned waits = 0;
+        for (int round = 0; c.sb < 0 && round < 1000; ++round) {
+            // Then frees I3 already allows; a superblock from the global pool or a free one;
+            // then, memory being short, advance CT for the frees that wait for it; take the
+            // superblocks other threads keep empty or with room for this class; wait for the
+            // frees I3 holds back.
+            if (round == 0 || h.pending_count() != 0) {
+                reclaim(s, round != 0);
+                c = h.claim_local(s.index, cls);
+                if (c.sb >= 0)
+                    break;
             }
-            b = h.claim_block(i);
+            c = h.take_superblock(s.index, cls);
+            if (c.sb >= 0 || round == 0)
+                continue;
+            if (h.steal(s.index, cls) == 0 && !wait_for_pending(s, waits))
+                break;
         }
-        if (b < 0)
+        if (c.sb < 0)
             throw out_of_memory("tlptm: pool '" + st.path + "' is full: no room for a block of " +
                                 std::to_string(size_classes[cls]) + " bytes");
-        auto i = static_cast<std::uint32_t>(sb);
-        auto blk = static_cast<std::uint32_t>(b);
-        s.alloc.claims.push_back({i, blk, false, false});
-        set_bitmap_bit(s, i, blk, true);
+        auto i = static_cast<std::uint32_t>(c.sb);
+        if (c.fresh) {
+            s.alloc.sb_claims.push_back(i);
+            meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::small, size_classes[cls]));
+            mark_arenas_used(s, i, 1);
+        }
+        s.alloc.claims.push_back({i, c.block, false, false});
+        set_bitmap_bit(s, i, c.block, true);
         size = size_classes[cls];
-        offset = h.sb_offset(i) + std::uint64_t{blk} * size;
+        offset = h.sb_offset(i) + std::uint64_t{c.block} * size;
     } else {
         auto count = static_cast<std::uint32_t>((n + superblock_bytes - 1) / superblock_bytes);
-        if (std::uint64_t{count} * superblock_bytes < n)
+        if (std::uint64_t{count} * superblock_bytes < n || count > h.count())
             throw out_of_memory("tlptm: allocation of " + std::to_string(n) +
-                                " bytes is too large");
+                                " bytes is larger than the pool's heap");
+        if (h.pending_count() != 0)
+            reclaim(s, false); // freed spans come back before the heap looks full
         std::int64_t sb = h.take_span(count);
-        if (sb < 0) {
-            reclaim(s, true);
+        unsigned waits = 0;
+        for (int round = 0; sb < 0 && round < 1000; ++round) {
+            if (round == 0)
+                reclaim(s, true);
+            else if (h.steal(s.index, class_count) == 0 && !wait_for_pending(s, waits))
+                break;
             sb = h.take_span(count);
         }
         if (sb < 0)
@@ -150,6 +194,7 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
         meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::span_head, count));
         for (std::uint32_t k = 1; k < count; ++k)
             meta_store(s, h.meta_offset(i + k), make_descriptor(sb_kind::span_tail, i));
+        mark_arenas_used(s, i, count);
         size = std::uint64_t{count} * superblock_bytes;
         offset = h.sb_offset(i);
     }
@@ -177,20 +222,33 @@ inline void tx_free(thread_slot& s, void* p) {
     std::uint64_t within = off - h.sb_offset(i);
     auto d = meta_load<std::uint64_t>(s, h.meta_offset(i));
     std::uint32_t block;
+    std::uint64_t bytes;
     bool large;
     if (descriptor_kind(d) == sb_kind::small) {
         std::uint64_t size = descriptor_payload(d);
-        if (within % size != 0)
+        if (size == 0 || within % size != 0)
             throw bad("not the start of a block");
         block = static_cast<std::uint32_t>(within / size);
         large = false;
+        bytes = size;
         std::uint64_t at = h.meta_offset(i) + bitmap_offset_in_meta + block / 8;
         if (!(meta_load<std::uint8_t>(s, at) & (1u << (block % 8))))
             throw bad("the block is not allocated (double free?)");
+        // The volatile state of the block's arena must exist before the free commits (a scan
+        // after the commit would see the block free before I3 allows it).
+        h.ensure_scanned(i, 1);
         set_bitmap_bit(s, i, block, false);
     } else if (descriptor_kind(d) == sb_kind::span_head && within == 0) {
         block = static_cast<std::uint32_t>(descriptor_payload(d));
+        if (block == 0 || block > h.count() - i)
+            throw corruption_error("tlptm: pool '" + st.path +
+                                   "': allocator descriptor of "
+                                   "superblock " +
+                                   std::to_string(i) + ": span of " + std::to_string(block) +
+                                   " superblocks");
         large = true;
+        bytes = std::uint64_t{block} * superblock_bytes;
+        h.ensure_scanned(i, block);
         for (std::uint32_t k = 0; k < block; ++k)
             meta_store(s, h.meta_offset(i + k), std::uint64_t{0});
     } else {
@@ -209,7 +267,7 @@ inline void tx_free(thread_slot& s, void* p) {
             return;
         }
     }
-    s.alloc.frees.push_back({i, block, large});
+    s.alloc.frees.push_back({i, block, large, bytes});
 }
 
 } // namespace detail

@@ -27,9 +27,19 @@ struct pool_options {
     /// create: how many threads may run transactions on the pool at once (one log ring each).
     std::uint32_t max_threads = 16;
     /// create: bytes of log per thread ring; the largest transaction's log entry must fit.
-    std::size_t log_capacity = std::size_t{1} << 20;
+    /// 0 (the default) chooses it from the pool size: the rings take an eighth of the pool,
+    /// each ring between 16 KiB and 1 MiB (1 MiB from 128 MiB pools up with 16 threads). The
+    /// smallest pool with the defaults (16 threads, a 64 KiB root) is then 512 KiB; the message
+    /// of a size that is refused states the smallest one.
+    std::size_t log_capacity = 0;
     /// create: bytes reserved for the root object (rounded up to 64 KiB).
     std::size_t root_capacity = std::size_t{64} << 10;
+    /// create: reserve the file's blocks at creation (posix_fallocate). Off (the default), the
+    /// file is sized with ftruncate: sparse where the file system allows, so creation takes
+    /// the same time for any size and memory is taken when first written; but a full file
+    /// system then fails a later first write to a page (SIGBUS) instead of the creation. On
+    /// means creation time grows with the size (about 120 ms per GiB on tmpfs).
+    bool preallocate = false;
     /// create: virtual address to map the pool at, forever (pointers in the pool are plain
     /// pointers). 0 lets the library choose a free, randomised address in [16 TiB, 96 TiB)
     /// ([64 GiB, 480 GiB) in ThreadSanitizer builds).

@@ -10,11 +10,20 @@ namespace tlptm {
 /// The allocator's state at one moment (levels, not counters).
 struct heap_stats {
     static constexpr std::size_t max_classes = 40;
-    std::uint64_t bytes_in_use = 0;              ///< bytes of live blocks and spans (root included)
-    std::uint64_t bytes_in_superblocks = 0;      ///< bytes of the superblocks that hold them
-    std::uint64_t superblocks = 0;               ///< superblocks in the heap
-    std::uint64_t superblocks_free = 0;          ///< free, or empty and reusable for any class
+    /// Bytes of live blocks and spans (root included). Blocks that committed transactions freed
+    /// are not counted, even while they wait for I3 (see bytes_pending_free).
+    std::uint64_t bytes_in_use = 0;
+    /// Bytes freed by committed transactions that the allocator cannot hand out yet (I3: the
+    /// durable checkpoint or a transaction that was running at the free holds them back).
+    std::uint64_t bytes_pending_free = 0;
+    std::uint64_t bytes_in_superblocks = 0; ///< bytes of the superblocks that hold blocks
+    std::uint64_t superblocks = 0;          ///< superblocks in the heap
+    /// Superblocks the allocator can hand out for any class or a span: free ones, and those
+    /// whose blocks are all free (they become free at once, or when memory is short).
+    std::uint64_t superblocks_free = 0;
     std::uint64_t superblocks_large = 0;         ///< in spans of large allocations
+    std::uint64_t arenas = 0;                    ///< arenas of the heap (16 MiB each)
+    std::uint64_t arenas_scanned = 0;            ///< of those, rebuilt in this opening so far
     std::uint32_t block_sizes[max_classes] = {}; ///< size of each class
     std::uint32_t superblocks_per_class[max_classes] = {}; ///< superblocks holding that class
     /// Share of the bytes in superblocks not in use (internal fragmentation), 0..1.

@@ -2,6 +2,12 @@
 //
 //   | header (4 KiB) | log rings (one per thread slot) | allocator metadata | heap (superblocks) |
 //
+// The allocator metadata is one 1 KiB record per superblock followed by the heap summary: one
+// 8-byte word per arena of arena_superblocks superblocks, non-zero once anything may have
+// been allocated in the arena (detail/heap.hpp). A zero-filled area is valid everywhere but in
+// the header: an empty ring, free superblocks, empty arenas. So a pool is created by sizing a
+// (sparse) file and writing its header.
+//
 // The header's immutable part is checksummed; the checkpoint timestamp CT and the root
 // descriptor are mutable and each sit alone in a cache line, updated by one aligned 8-byte store.
 // The layout name (the pool's identity, chosen by the program) is written once and carries its
@@ -20,13 +26,18 @@ namespace tlptm::detail {
 
 inline constexpr char pool_magic[16] = {'T', 'L', 'P', 'T', 'M', '-', 'P', 'O',
                                         'O', 'L', 0,   0,   0,   0,   0,   0};
-/// Version of the layout this library writes. Pools with a newer version are refused.
-inline constexpr std::uint32_t layout_version = 1;
+/// Version of the layout this library writes. Pools with another version are refused.
+/// Version 2 added the heap summary after the superblock records.
+inline constexpr std::uint32_t layout_version = 2;
 inline constexpr std::size_t header_bytes = 4096;
 inline constexpr std::size_t superblock_bytes = std::size_t{64} << 10;
 /// Per-superblock metadata: a 64-byte descriptor and a bitmap of up to 4096 blocks (512 bytes),
 /// rounded to 1 KiB.
 inline constexpr std::size_t meta_bytes_per_superblock = 1024;
+/// Superblocks per arena: the unit of the heap summary and of the lazy heap rebuild (16 MiB).
+inline constexpr std::size_t arena_superblocks = 256;
+/// Bytes of the heap summary per arena (one word, updated by one aligned 8-byte store).
+inline constexpr std::size_t summary_bytes_per_arena = 8;
 /// Each ring starts with one cache line holding its generation; entries follow.
 inline constexpr std::size_t ring_header_bytes = 64;
 /// Timestamps use 56 bits; the top byte of an entry's first word is its format.
@@ -97,7 +108,19 @@ struct geometry {
     std::uint64_t pool_size, log_offset, ring_size, meta_offset, meta_size, heap_offset, heap_size,
         root_offset, root_capacity;
     std::uint32_t max_threads;
+    std::uint64_t summary_offset; ///< the heap summary: the end of the superblock records
 };
+
+/// Arenas of a heap of n superblocks.
+inline constexpr std::uint64_t arena_count(std::uint64_t superblocks) noexcept {
+    return (superblocks + arena_superblocks - 1) / arena_superblocks;
+}
+
+/// Bytes of allocator metadata for n superblocks: the records, then the summary (whole pages).
+inline constexpr std::uint64_t meta_bytes(std::uint64_t superblocks) noexcept {
+    return superblocks * meta_bytes_per_superblock +
+           round_up(arena_count(superblocks) * summary_bytes_per_arena, 4096);
+}
 
 /// Computes the areas for a pool of `size` bytes; returns false if the pool is too small.
 inline bool compute_geometry(std::uint64_t size, std::uint32_t max_threads,
@@ -116,20 +139,51 @@ inline bool compute_geometry(std::uint64_t size, std::uint32_t max_threads,
     // Superblocks that fit with their metadata; the heap starts superblock-aligned.
     std::uint64_t n = (size - g.meta_offset) / (superblock_bytes + meta_bytes_per_superblock);
     while (n > 0) {
-        std::uint64_t heap_off =
-            round_up(g.meta_offset + n * meta_bytes_per_superblock, superblock_bytes);
+        std::uint64_t heap_off = round_up(g.meta_offset + meta_bytes(n), superblock_bytes);
         if (heap_off + n * superblock_bytes <= size) {
-            g.meta_size = n * meta_bytes_per_superblock;
+            g.meta_size = meta_bytes(n);
             g.heap_offset = heap_off;
             g.heap_size = n * superblock_bytes;
             break;
         }
         --n;
     }
-    if (n == 0 || g.heap_size < g.root_capacity)
+    if (n == 0 || g.heap_size <= g.root_capacity) // at least one superblock beyond the root
         return false;
     g.root_offset = g.heap_offset;
+    g.summary_offset = g.meta_offset + n * meta_bytes_per_superblock;
     return true;
+}
+
+/// The log capacity per thread ring that pool_options::log_capacity = 0 (automatic) gives a
+/// pool of `size` bytes: an eighth of the pool shared by the rings, within [16 KiB, 1 MiB].
+inline constexpr std::uint64_t auto_log_capacity(std::uint64_t size,
+                                                 std::uint32_t max_threads) noexcept {
+    constexpr std::uint64_t lo = std::uint64_t{16} << 10, hi = std::uint64_t{1} << 20;
+    std::uint64_t ring = size / 8 / (max_threads == 0 ? 1 : max_threads) / 4096 * 4096;
+    if (ring < lo + 4096)
+        return lo; // rings of 20 KiB
+    // Whole pages with the ring header: a ring of `ring` bytes holds ring - 64 of log.
+    return ring - ring_header_bytes > hi ? hi : ring - ring_header_bytes;
+}
+
+/// The smallest pool size (a multiple of 4 KiB) that compute_geometry accepts for these
+/// options; log_capacity 0 stands for auto_log_capacity of each size tried.
+inline std::uint64_t minimum_pool_size(std::uint32_t max_threads, std::uint64_t log_capacity,
+                                       std::uint64_t root_capacity) noexcept {
+    auto fits = [&](std::uint64_t size) {
+        geometry g;
+        std::uint64_t cap = log_capacity != 0 ? log_capacity : auto_log_capacity(size, max_threads);
+        return compute_geometry(size, max_threads, cap, root_capacity, g);
+    };
+    std::uint64_t lo = 0, hi = std::uint64_t{1} << 20; // pages: lo does not fit, hi does
+    while (!fits(hi * 4096) && hi < (std::uint64_t{1} << 40))
+        hi *= 2;
+    while (hi - lo > 1) {
+        std::uint64_t mid = lo + (hi - lo) / 2;
+        (fits(mid * 4096) ? hi : lo) = mid;
+    }
+    return hi * 4096;
 }
 
 // ---- the pool's identity: layout name, root size, layout version --------------------------
@@ -195,6 +249,11 @@ inline void validate_header(const pool_header& h, std::uint64_t file_size,
         fail("version", "layout version " + std::to_string(h.version) +
                             " is newer than this library supports (" +
                             std::to_string(layout_version) + "); upgrade tlptm");
+    if (h.version == 1)
+        fail("version", "layout version 1 was written by an older tlptm (before the heap "
+                        "summary of layout 2); this library opens only layout " +
+                            std::to_string(layout_version) +
+                            ": recreate the pool (tlptm has no on-disk migration before 1.0)");
     if (h.version != layout_version)
         fail("version", "unsupported layout version " + std::to_string(h.version));
     if (h.header_size != header_bytes)

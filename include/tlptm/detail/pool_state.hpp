@@ -654,16 +654,26 @@ inline void choose_persistence(pool_state& st, const pool_options& opt) {
 inline std::shared_ptr<pool_state> create_state(const std::string& path, const pool_options& opt) {
     if (opt.max_threads == 0 || opt.max_threads > 4096)
         throw pool_error(path, "pool_options::max_threads must be in 1..4096");
-    if (opt.log_capacity < 4096 || opt.log_capacity > (std::size_t{1} << 31))
-        throw pool_error(path, "pool_options::log_capacity must be in 4 KiB..2 GiB");
+    if (opt.log_capacity != 0 &&
+        (opt.log_capacity < 4096 || opt.log_capacity > (std::size_t{1} << 31)))
+        throw pool_error(path, "pool_options::log_capacity must be 0 (automatic) or in "
+                               "4 KiB..2 GiB");
     std::uint64_t size = round_up(opt.size, 4096);
+    std::uint64_t log_capacity =
+        opt.log_capacity != 0 ? opt.log_capacity : auto_log_capacity(size, opt.max_threads);
     geometry g;
-    if (!compute_geometry(size, opt.max_threads, opt.log_capacity, opt.root_capacity, g))
-        throw pool_error(path,
-                         "pool_options::size " + std::to_string(opt.size) +
-                             " is too small for max_threads = " + std::to_string(opt.max_threads) +
-                             ", log_capacity = " + std::to_string(opt.log_capacity) +
-                             " and root_capacity = " + std::to_string(opt.root_capacity));
+    if (!compute_geometry(size, opt.max_threads, log_capacity, opt.root_capacity, g))
+        throw pool_error(
+            path, "pool_options::size " + std::to_string(opt.size) +
+                      " is too small for max_threads = " + std::to_string(opt.max_threads) +
+                      ", log_capacity = " +
+                      (opt.log_capacity != 0 ? std::to_string(opt.log_capacity)
+                                             : "automatic (" + std::to_string(log_capacity) + ")") +
+                      " and root_capacity = " + std::to_string(opt.root_capacity) +
+                      ": the smallest pool with these options is " +
+                      std::to_string(
+                          minimum_pool_size(opt.max_threads, opt.log_capacity, opt.root_capacity)) +
+                      " bytes");
     if (opt.base_address % 4096 != 0 || opt.base_address >= max_user_address ||
         (opt.base_address != 0 && size > max_user_address - opt.base_address))
         throw pool_error(path, "pool_options::base_address must be page aligned and leave "
@@ -681,8 +691,15 @@ inline std::shared_ptr<pool_state> create_state(const std::string& path, const p
     }
     try {
         lock_file(st->fd, path);
-        if (int err = ::posix_fallocate(st->fd, 0, static_cast<off_t>(size)); err != 0)
-            throw pool_error(path, "cannot allocate " + std::to_string(size) + " bytes", err);
+        // Every area but the header is valid zero-filled (empty rings, free superblocks,
+        // empty arenas), so the file is only sized: sparse unless asked to reserve it.
+        if (opt.preallocate) {
+            if (int err = ::posix_fallocate(st->fd, 0, static_cast<off_t>(size)); err != 0)
+                throw pool_error(path, "cannot allocate " + std::to_string(size) + " bytes", err);
+        } else if (::ftruncate(st->fd, static_cast<off_t>(size)) != 0) {
+            throw pool_error(path, "cannot size the file to " + std::to_string(size) + " bytes",
+                             errno);
+        }
         std::uint8_t uuid[16];
         if (::getrandom(uuid, sizeof uuid, 0) != sizeof uuid)
             throw pool_error(path, "cannot read random bytes for the pool uuid", errno);
