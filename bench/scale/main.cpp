@@ -36,8 +36,9 @@ class usage_error : public std::runtime_error {
 };
 
 struct options {
-    std::vector<workload_kind> kinds{workload_kind::lookup, workload_kind::disjoint,
-                                     workload_kind::b, workload_kind::c, workload_kind::bank};
+    std::vector<workload_kind> kinds{workload_kind::spin,     workload_kind::lookup,
+                                     workload_kind::disjoint, workload_kind::b,
+                                     workload_kind::c,        workload_kind::bank};
     std::vector<double> conflicts{0.0, 0.25};
     bool run_tlptm = true, run_pmdk = true;
     std::vector<unsigned> threads; ///< empty: the default for max_threads
@@ -54,7 +55,8 @@ struct options {
 void print_usage(std::FILE* out) {
     std::fprintf(
         out, "usage: tlptm-scale [options]\n"
-             "  --workload LIST      lookup, disjoint, b, c, bank, or all (default all)\n"
+             "  --workload LIST      spin, lookup, disjoint, b, c, bank, or all (default all;\n"
+             "                       spin is a calibration without transactions)\n"
              "  --backend B          tlptm, pmdk or both (default both)\n"
              "  --threads LIST       thread counts, e.g. 1,2,4,8 or 1-16 (default 1 .. P)\n"
              "  --max-threads P      the largest thread count (default twice the cores)\n"
@@ -136,8 +138,9 @@ options parse(int argc, char** argv) {
             o.kinds.clear();
             for (const std::string& w : split(value())) {
                 if (w == "all")
-                    o.kinds = {workload_kind::lookup, workload_kind::disjoint, workload_kind::b,
-                               workload_kind::c, workload_kind::bank};
+                    o.kinds = options{}.kinds;
+                else if (w == "spin")
+                    o.kinds.push_back(workload_kind::spin);
                 else if (w == "lookup")
                     o.kinds.push_back(workload_kind::lookup);
                 else if (w == "disjoint")
@@ -392,11 +395,14 @@ int main(int argc, char** argv) {
     int failures = 0;
     for (const workload_spec& w : specs) {
         std::vector<scale_series> group;
-        for (bool tl : backends) {
+        // The calibration has no backend: one series, run once.
+        const std::vector<bool> series_backends =
+            w.kind == workload_kind::spin ? std::vector<bool>{true} : backends;
+        for (bool tl : series_backends) {
             scale_series s;
             s.workload = w.name();
             s.description = w.describe();
-            s.backend = tl ? "tlptm" : "pmdk";
+            s.backend = w.kind == workload_kind::spin ? "none" : tl ? "tlptm" : "pmdk";
             s.fit_oversubscribed = o.fit_all;
             for (unsigned t : h.thread_counts) {
                 scale_point p;
@@ -413,11 +419,11 @@ int main(int argc, char** argv) {
         // of the machine spreads over all points instead of biasing some.
         for (unsigned rep = 0; rep < o.reps; ++rep) {
             for (std::size_t pi = 0; pi < h.thread_counts.size(); ++pi) {
-                for (std::size_t bi = 0; bi < backends.size(); ++bi) {
+                for (std::size_t bi = 0; bi < series_backends.size(); ++bi) {
                     scale_config cfg = o.cfg;
                     cfg.seed = o.cfg.seed + rep * 1000003ull;
                     const unsigned t = h.thread_counts[pi];
-                    const run_outcome r = run_workload(w, backends[bi], cfg, t);
+                    const run_outcome r = run_workload(w, series_backends[bi], cfg, t);
                     scale_point& p = group[bi].points[pi];
                     if (r.error.empty()) {
                         p.throughputs.push_back(r.throughput());

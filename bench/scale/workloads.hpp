@@ -38,7 +38,7 @@
 
 namespace tlptm_scale {
 
-enum class workload_kind { lookup, disjoint, b, c, bank };
+enum class workload_kind { lookup, disjoint, b, c, bank, spin };
 
 /// One workload of a scaling series.
 struct workload_spec {
@@ -61,6 +61,8 @@ struct workload_spec {
             std::snprintf(buf, sizeof buf, "bank-%g", conflict);
             return buf;
         }
+        case workload_kind::spin:
+            return "spin";
         }
         return "?";
     }
@@ -82,6 +84,8 @@ struct workload_spec {
                           conflict * 100);
             return buf;
         }
+        case workload_kind::spin:
+            return "calibration: arithmetic only, no memory shared, no transaction";
         }
         return "?";
     }
@@ -290,6 +294,7 @@ public:
             }
             return true;
         case workload_kind::bank:
+        case workload_kind::spin:
             break;
         }
         throw std::logic_error("table_run: not a table workload");
@@ -439,6 +444,38 @@ private:
     Bank bank_;
 };
 
+/// The calibration workload: each operation is arithmetic on the thread's own registers (64
+/// rounds of the splitmix64 finaliser), no memory shared and no transaction. Its speedup is
+/// what the machine gives at p threads: on p free cores S(p) = p; when other processes take
+/// the cores, it shows how many were free.
+class spin_run {
+public:
+    struct alignas(64) state {
+        std::uint64_t x = 0;
+    };
+
+    spin_run(workload_kind, const scale_config&, unsigned) {}
+
+    state make_state(unsigned t) const { return state{t + 1}; }
+
+    bool step(state& s) const noexcept {
+        std::uint64_t x = s.x;
+        for (int i = 0; i < 64; ++i)
+            x = workloads::mix64(x);
+        s.x = x | 1; // never 0: the loop cannot be folded away
+        return true;
+    }
+
+    std::string verify(const std::vector<state>& states) const {
+        for (const state& s : states)
+            if (s.x == 0)
+                return "the calibration loop was not run";
+        return "";
+    }
+
+    tlptm::stats stats() const { return {}; }
+};
+
 /// Makes the run's pool, runs it and checks it. Never throws for a failure of the run: that
 /// goes to run_outcome::error.
 template <class Run, class What>
@@ -460,10 +497,13 @@ run_outcome measure(const What& what, const scale_config& cfg, unsigned threads)
 
 } // namespace detail
 
-/// Runs one workload at `threads` threads on a fresh pool of the backend: tlptm (true) or PMDK.
+/// Runs one workload at `threads` threads on a fresh pool of the backend: tlptm (true) or PMDK
+/// (spin: no backend, the flag is ignored).
 inline run_outcome run_workload(const workload_spec& w, bool tlptm_backend, const scale_config& cfg,
                                 unsigned threads) {
     using namespace detail;
+    if (w.kind == workload_kind::spin)
+        return measure<spin_run>(w.kind, cfg, threads);
     if (w.kind == workload_kind::bank)
         return tlptm_backend ? measure<bank_run<tlptm_bank>>(w.conflict, cfg, threads)
                              : measure<bank_run<pmdk_bank>>(w.conflict, cfg, threads);
