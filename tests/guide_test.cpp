@@ -113,14 +113,17 @@ TEST_CASE("every code block of docs/guide.md is a region of a compiled example")
     const auto blocks = guide_blocks();
     REQUIRE(files.size() >= 10);
     std::map<std::string, int> shown;
-    for (const auto& [key, body] : blocks) {
+    for (const auto& block : blocks) {
+        const std::string& key = block.first;
+        const std::vector<std::string>& body = block.second;
         INFO("guide block " << key);
         auto it = files.find(key);
         REQUIRE_MESSAGE(it != files.end(), "no such region in examples/guide/");
         CHECK(body == it->second);
         ++shown[key];
     }
-    for (const auto& [key, body] : files) {
+    for (const auto& region : files) {
+        const std::string& key = region.first;
         INFO("region " << key);
         CHECK_MESSAGE(shown[key] == 1, "shown " << shown[key] << " times in the guide");
     }
