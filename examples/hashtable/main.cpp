@@ -28,6 +28,7 @@
 
 #include "backends.hpp"
 #include "driver.hpp"
+#include "floor.hpp"
 #include "results.hpp"
 #include "value.hpp"
 
@@ -269,6 +270,19 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         rows.push_back(std::move(r));
     };
     const bool pmdk = o.run_pmdk && o.threads == 1;
+    // The persistence floor, measured next to the pool before the runs (and again after them:
+    // the lower of the two, the less disturbed); every row carries it.
+    persistence_floor floor = measure_floor(pool_path);
+    if (!o.quiet && floor.measured())
+        std::fprintf(out,
+                     "persistence floor on this machine: 8 B store + CLWB + SFENCE %.0f ns, "
+                     "64 B non-temporal store + SFENCE %.0f ns\n",
+                     floor.store_clwb_sfence_ns, floor.nt64_sfence_ns);
+    auto with_floor = [&](run_result r) {
+        r.floor_clwb_ns = floor.store_clwb_sfence_ns;
+        r.floor_nt_ns = floor.nt64_sfence_ns;
+        return r;
+    };
     for (std::uint32_t ns : o.write_ns) {
         for (workload wl : o.workloads) {
             run_config c;
@@ -285,12 +299,12 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
             if (o.run_tlptm) {
                 for (tlptm::log_mode m : o.modes) {
                     c.mode = m;
-                    record(run<tlptm_backend<N>>(c));
+                    record(with_floor(run<tlptm_backend<N>>(c)));
                 }
             }
 #if TLPTM_WORKLOADS_HAVE_PMDK
             if (pmdk && ns == 0)
-                record(run<pmdk_backend<N>>(c));
+                record(with_floor(run<pmdk_backend<N>>(c)));
 #else
             (void)pmdk;
 #endif
@@ -299,6 +313,18 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                 std::fflush(out);
             }
         }
+    }
+    if (persistence_floor again = measure_floor(pool_path); again.measured() && floor.measured()) {
+        floor.store_clwb_sfence_ns =
+            std::min(floor.store_clwb_sfence_ns, again.store_clwb_sfence_ns);
+        floor.nt64_sfence_ns = std::min(floor.nt64_sfence_ns, again.nt64_sfence_ns);
+        for (run_result& r : rows)
+            r = with_floor(std::move(r));
+        if (!o.quiet)
+            std::fprintf(out,
+                         "\npersistence floor, measured again after the runs (the lower kept): "
+                         "store + CLWB + SFENCE %.0f ns, 64 B NT + SFENCE %.0f ns\n",
+                         floor.store_clwb_sfence_ns, floor.nt64_sfence_ns);
     }
     std::size_t failed = 0;
     for (const run_result& r : rows)

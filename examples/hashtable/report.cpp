@@ -59,6 +59,8 @@ const figure figures[] = {
      [](const run_result& r) { return r.per_tx(r.pm.flushed_lines); }},
     {"fences_per_tx", "fences_reduction_pct", "fences/tx", true, false, 2,
      [](const run_result& r) { return r.per_tx(r.pm.fences); }},
+    {"round_trips_per_tx", "round_trips_reduction_pct", "rt/tx", true, false, 2,
+     [](const run_result& r) { return r.per_tx(r.pm.round_trips); }},
     {"lat_mean_ns", "lat_mean_reduction_pct", "mean ns", false, false, 0,
      [](const run_result& r) { return r.lat_mean_ns; }},
     {"lat_p50_ns", "lat_p50_reduction_pct", "p50 ns", false, false, 0,
@@ -79,6 +81,12 @@ const figure extra_figures[] = {
      [](const run_result& r) { return r.per_tx(r.pm.aalo_bytes); }},
     {"aborts_per_tx", nullptr, nullptr, true, false, 4,
      [](const run_result& r) { return r.per_tx(r.pm.tx_aborted); }},
+    {"floor_store_clwb_sfence_ns", nullptr, nullptr, false, false, 1,
+     [](const run_result& r) { return r.floor_clwb_ns > 0 ? r.floor_clwb_ns : nan; }},
+    {"floor_nt64_sfence_ns", nullptr, nullptr, false, false, 1,
+     [](const run_result& r) { return r.floor_nt_ns > 0 ? r.floor_nt_ns : nan; }},
+    {"lat_mean_over_nt_floor", nullptr, nullptr, false, false, 3,
+     [](const run_result& r) { return r.floor_nt_ns > 0 ? r.lat_mean_ns / r.floor_nt_ns : nan; }},
 };
 
 double value_of(const figure& f, const run_result& r) {
@@ -295,6 +303,19 @@ void print_table(std::FILE* out, const std::vector<run_result>& rows, workload w
     }
     if (!ratios.empty())
         std::fprintf(out, "  throughput tlptm / PMDK: %s\n", ratios.c_str());
+    std::string floors;
+    for (const run_result* r : sel) {
+        if (r->backend != "tlptm" || !r->ok() || r->floor_nt_ns <= 0)
+            continue;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s %.2f  ", r->mode.c_str(),
+                      r->lat_mean_ns / r->floor_nt_ns);
+        floors += buf;
+    }
+    if (!floors.empty())
+        std::fprintf(out,
+                     "  mean latency / persistence floor (64 B NT store + SFENCE, %.0f ns): %s\n",
+                     first.floor_nt_ns, floors.c_str());
 }
 
 void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) {

@@ -60,6 +60,9 @@ struct run_result {
     bool has_stats = false; ///< pm holds the backend's counters of the measured phase
     tlptm::stats pm;
 
+    /// The persistence floor measured in the same run (the same for every row).
+    double floor_clwb_ns = 0, floor_nt_ns = 0;
+
     bool verified = false;
     std::string error; ///< why the run failed (exception or failed check), or ""
 

@@ -198,6 +198,7 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
         size = std::uint64_t{count} * superblock_bytes;
         offset = h.sb_offset(i);
     }
+    s.alloc.allocated.push_back({offset, size});
     if (st.aalo())
         s.alloc.aalo.push_back({offset, size});
     return st.base + offset;
@@ -258,12 +259,12 @@ inline void tx_free(thread_slot& s, void* p) {
     for (auto& c : s.alloc.claims) {
         if (c.sb == i && c.large == large && (large || c.block == block) && !c.freed_in_tx) {
             c.freed_in_tx = true;
-            auto& r = s.alloc.aalo;
             std::uint64_t start =
                 h.sb_offset(i) + (large ? 0 : std::uint64_t{block} * descriptor_payload(d));
-            r.erase(std::remove_if(r.begin(), r.end(),
-                                   [&](const auto& x) { return x.offset == start; }),
-                    r.end());
+            for (auto* r : {&s.alloc.aalo, &s.alloc.allocated})
+                r->erase(std::remove_if(r->begin(), r->end(),
+                                        [&](const auto& x) { return x.offset == start; }),
+                         r->end());
             return;
         }
     }

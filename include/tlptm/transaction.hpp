@@ -75,13 +75,18 @@ inline bool extend_snapshot(thread_slot& s) noexcept {
     return true;
 }
 
-/// Reads the pool word at `offset` consistently with the transaction's snapshot (I6: a
-/// transaction never sees a value newer than its snapshot, nor one being written back).
-inline std::uint64_t read_word(thread_slot& s, std::uint64_t offset) {
+/// Reads `words` consecutive pool words starting at `offset`, all covered by one orec (one
+/// granule), consistently with the transaction's snapshot (I6: never a value newer than the
+/// snapshot, nor one being written back): one orec check and one read-set entry for them all.
+inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words,
+                         std::uint64_t* out) {
     pool_state& st = *s.pool;
     const std::uint64_t* word = st.word_at(offset);
-    if (s.serial)
-        return __atomic_load_n(word, __ATOMIC_ACQUIRE); // nobody else runs
+    if (s.serial) { // nobody else runs
+        for (std::size_t k = 0; k < words; ++k)
+            out[k] = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
+        return;
+    }
     std::uint32_t idx = orec_table::index(offset);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
     for (unsigned spins = 0;;) {
@@ -92,7 +97,8 @@ inline std::uint64_t read_word(thread_slot& s, std::uint64_t offset) {
             cpu_relax();
             continue;
         }
-        std::uint64_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        for (std::size_t k = 0; k < words; ++k)
+            out[k] = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
         if (orec.load(std::memory_order_acquire) != o1)
             continue;
         if (orec_table::version(o1) > s.snapshot) {
@@ -101,13 +107,16 @@ inline std::uint64_t read_word(thread_slot& s, std::uint64_t offset) {
             continue;
         }
         s.reads.emplace_back(idx, o1);
-        return v;
+        return;
     }
 }
 
+/// Bytes covered by one orec.
+inline constexpr std::uint64_t granule_bytes = std::uint64_t{1} << orec_table::granule_log2;
+
 /// Reads n bytes at src into dst as the transaction sees them: the pool's words (validated
-/// against the snapshot) merged with the transaction's own writes. Memory outside the pool
-/// is read directly.
+/// against the snapshot, one orec check per granule) merged with the transaction's own writes.
+/// Memory outside the pool is read directly.
 inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
     const pool_state& st = *s.pool;
     if (s.doomed)
@@ -122,19 +131,33 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
         std::memcpy(dst, src, n);
         return;
     }
-    for_each_word(
-        off, n, [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
-            std::uint64_t v;
-            const auto* e = s.writes.find(w);
-            if (e && e->mask == ~std::uint64_t{0}) {
-                v = e->value; // read own write: no need to look at the pool
-            } else {
-                v = read_word(s, w);
-                if (e)
-                    v = (v & ~e->mask) | (e->value & e->mask);
+    const std::uint64_t end = off + n;
+    for (std::uint64_t pos = off; pos < end;) {
+        // The words of [pos, end) that lie in pos's granule.
+        const std::uint64_t first = pos & ~std::uint64_t{7};
+        const std::uint64_t stop = std::min(end, (pos | (granule_bytes - 1)) + 1);
+        const std::size_t words = static_cast<std::size_t>((stop - first + 7) / 8);
+        std::uint64_t buf[granule_bytes / 8];
+        const write_set::entry* own[granule_bytes / 8] = {};
+        bool need_pool = true;
+        if (!s.writes.empty()) { // own writes: whole words need no look at the pool
+            need_pool = false;
+            for (std::size_t k = 0; k < words; ++k) {
+                own[k] = s.writes.find(first + 8 * k);
+                if (!own[k] || own[k]->mask != ~std::uint64_t{0})
+                    need_pool = true;
             }
-            std::memcpy(out + done, reinterpret_cast<const std::uint8_t*>(&v) + skip, take);
-        });
+        }
+        if (need_pool)
+            read_granule(s, first, words, buf);
+        for (std::size_t k = 0; k < words; ++k)
+            if (own[k])
+                buf[k] = (need_pool ? buf[k] & ~own[k]->mask : 0) | (own[k]->value & own[k]->mask);
+        const std::size_t take = static_cast<std::size_t>(stop - pos);
+        std::memcpy(out, reinterpret_cast<const std::uint8_t*>(buf) + (pos - first), take);
+        out += take;
+        pos = stop;
+    }
 }
 
 /// Reads n bytes of the pool outside any transaction: word by word with atomic loads (no
@@ -227,7 +250,6 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
         // and no other transaction can see it before commit; it is flushed before F1 (I4).
         std::memcpy(dst, src, n);
         st.persist.stored(dst, n);
-        s.alloc.aalo_dirty.push_back({off, n});
         thread_counters::add(s.pctx.counters.aalo_bytes, n);
         return;
     }
@@ -304,18 +326,22 @@ inline void lock_write_set(thread_slot& s) {
     }
 }
 
-/// Flushes every line of AALO memory the transaction wrote, once each; false if there was none.
-inline bool flush_aalo(thread_slot& s) {
-    auto& dirty = s.alloc.aalo_dirty;
-    if (dirty.empty())
+/// Flushes every line of every block the transaction allocated, once each (I4; raw stores into
+/// a new block become durable too); false if it allocated nothing. The whole blocks are
+/// announced to the persistence policy first: what was stored there by any means is theirs.
+inline bool flush_allocated(thread_slot& s) {
+    auto& blocks = s.alloc.allocated;
+    if (blocks.empty())
         return false;
     pool_state& st = *s.pool;
     std::vector<std::uint64_t>& lines = s.alloc.lines;
     lines.clear();
-    for (const auto& r : dirty)
+    for (const auto& r : blocks) {
+        st.persist.stored(st.base + r.offset, r.size);
         for (std::uint64_t l = r.offset / cache_line; l <= (r.offset + r.size - 1) / cache_line;
              ++l)
             lines.push_back(l);
+    }
     std::sort(lines.begin(), lines.end());
     lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
     for (std::uint64_t l : lines)
@@ -417,14 +443,14 @@ inline void commit(thread_slot& s) {
         if (st.poisoned())
             st.throw_poisoned();
 
-        // Step 2 (I4): the AALO lines are durable before the entry can be. A fence of their
-        // own (F0) is needed: the entry's non-temporal stores may reach persistent memory
-        // before F1, and a complete entry validates and is replayed whether or not F1 ran, so
-        // without F0 a crash could replay a transaction whose new objects never reached
-        // persistent memory (found by the crash-image sweep, tests/persistency_test.cpp). Only
-        // transactions that wrote memory they allocated pay it.
+        // Step 2 (I4): the lines of the blocks the transaction allocated (AALO stores, raw
+        // stores) are durable before the entry can be. A fence of their own (F0) is needed:
+        // the entry's non-temporal stores may reach persistent memory before F1, and a complete
+        // entry validates and is replayed whether or not F1 ran, so without F0 a crash could
+        // replay a transaction whose new objects never reached persistent memory (found by the
+        // crash-image sweep, tests/persistency_test.cpp). Only allocating transactions pay it.
         touched = true;
-        if (flush_aalo(s))
+        if (flush_allocated(s))
             st.persist.fence(s.pctx);
 
         // Step 3: the entry goes out with non-temporal stores.

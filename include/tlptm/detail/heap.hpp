@@ -140,17 +140,20 @@ struct alloc_tx_state {
         bool large;
         std::uint64_t bytes; ///< the block's or span's size
     };
-    std::vector<claim> claims;            ///< blocks this transaction allocated
-    std::vector<range> aalo;              ///< their byte ranges (AALO: stores go in place)
-    std::vector<range> aalo_dirty;        ///< AALO bytes written: flushed before F1 (I4)
-    std::vector<freed> frees;             ///< blocks freed: pending after commit
+    std::vector<claim> claims; ///< blocks this transaction allocated
+    /// Byte ranges of the blocks this transaction allocated (any log mode): every line of them
+    /// is made durable before the commit point, whether written through p<T> and tx stores or
+    /// by raw stores (std::memcpy into a tx.alloc block), as PMDK does for new objects.
+    std::vector<range> allocated;
+    std::vector<range> aalo;  ///< the same in modes aalo and tlptm: stores there go in place
+    std::vector<freed> frees; ///< blocks freed: pending after commit
     std::vector<std::uint32_t> sb_claims; ///< fresh superblocks taken from the free ones
     std::vector<std::uint64_t> lines;     ///< scratch: AALO lines to flush
 
     void clear() noexcept {
         claims.clear();
+        allocated.clear();
         aalo.clear();
-        aalo_dirty.clear();
         frees.clear();
         sb_claims.clear();
     }
