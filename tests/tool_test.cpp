@@ -115,12 +115,19 @@ using tlptm_test::write_at;
 struct pool_geometry {
     std::uint64_t log_offset, ring_size, meta_offset, heap_offset, checkpoint;
     std::uint32_t max_threads;
+    std::uint64_t summary_offset; ///< the heap summary word of arena 0
 };
 
 pool_geometry geometry_of(const std::vector<std::uint8_t>& bytes) {
     const auto* h = reinterpret_cast<const tlptm::detail::pool_header*>(bytes.data());
-    return {h->log_offset,  h->ring_size,     h->meta_offset,
-            h->heap_offset, h->checkpoint_ts, h->max_threads};
+    return {h->log_offset,
+            h->ring_size,
+            h->meta_offset,
+            h->heap_offset,
+            h->checkpoint_ts,
+            h->max_threads,
+            h->meta_offset + h->heap_size / tlptm::detail::superblock_bytes *
+                                 tlptm::detail::meta_bytes_per_superblock};
 }
 
 /// The valid entries of ring `ring` in a copy of the file, as recovery sees them.
@@ -523,9 +530,11 @@ TEST_CASE("tool: the allocator as recovery will rebuild it") {
         r = run_tool({"info", path});
         CHECK(r.status == 0);
         CHECK(contains(r.out, "allocator            DAMAGED: allocator metadata of superblock 5"));
+        // The library rebuilds the heap lazily, arena by arena, when it first needs one: opening
+        // the pool does not read superblock 5's descriptor, so `recover` succeeds; `check` is
+        // the command that reads every arena.
         r = run_tool({"recover", path});
-        CHECK(r.status == 1);
-        CHECK(contains(r.out, "allocator metadata of superblock 5"));
+        CHECK(r.status == 0);
     }
 }
 
@@ -543,7 +552,8 @@ TEST_CASE("tool: allocator metadata is checked after the replay, as recovery reb
         append_entry(path, 0,
                      forge_entry(path, 0, ts, entry_format::compressed,
                                  {{g.meta_offset + 3 * 1024, head, full},
-                                  {g.meta_offset + 4 * 1024, tail, full}})); // ...the tail not
+                                  {g.meta_offset + 4 * 1024, tail, full},
+                                  {g.summary_offset, 1, full}})); // ...the tail not
         auto r = run_tool({"check", path});
         INFO(r.out);
         CHECK(r.status == 0);
@@ -555,7 +565,8 @@ TEST_CASE("tool: allocator metadata is checked after the replay, as recovery reb
     SUBCASE("an entry that leaves the metadata inconsistent") {
         append_entry(path, 0,
                      forge_entry(path, 0, ts, entry_format::compressed,
-                                 {{g.meta_offset + 3 * 1024, head, full}})); // no tail
+                                 {{g.meta_offset + 3 * 1024, head, full},
+                                  {g.summary_offset, 1, full}})); // no tail
         auto r = run_tool({"check", path});
         INFO(r.out);
         CHECK(r.status == 1);
