@@ -107,14 +107,14 @@ TEST_CASE("superblocks emptied of small blocks serve large allocations, at once 
                     tlptm::out_of_memory);
     tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.free(all); });
     // And back to small blocks of another class in the same superblocks.
-    blocks = fill(pool, 48);
-    CHECK(blocks.size() > (superblocks - 2) * (65536 / 48));
+    blocks = fill(pool, 4000); // 4096-byte class: 16 per superblock
+    CHECK(blocks.size() == 16 * (superblocks - 1));
 }
 
 TEST_CASE("an empty superblock of one class is given to another class") {
     tlptm_test::temp_path path("reuse-class");
     auto pool = tlptm::pool::create(path, opts(8 << 20));
-    std::vector<void*> blocks = fill(pool, 100);
+    std::vector<void*> blocks = fill(pool, 2000); // 2048-byte class: 32 per superblock
     const std::size_t small_count = blocks.size();
     free_all(pool, blocks);
     blocks = fill(pool, 3000);
@@ -122,7 +122,7 @@ TEST_CASE("an empty superblock of one class is given to another class") {
     const std::uint64_t superblocks = pool.stats().heap.superblocks;
     CHECK(blocks.size() == 21 * (superblocks - 1));
     free_all(pool, blocks);
-    blocks = fill(pool, 100);
+    blocks = fill(pool, 2000);
     CHECK(blocks.size() == small_count);
 }
 
