@@ -168,7 +168,8 @@ std::size_t random_run(tlptm::pool& pool, Map& m, Model& model, KeyOf key, Value
                 if (m.rehashing())
                     ++rehash_seen;
             }
-            expect_equal(m, model, "inside the transaction");
+            if (step % 4 == 0) // the whole map, as the transaction sees it
+                expect_equal(m, model, "inside the transaction");
         });
         expect_equal(m, model, "after commit");
         CHECK(m.load_factor() <= m.max_load_factor() + 1.0f);
@@ -201,12 +202,12 @@ TEST_CASE("hash_map: random operations against std::unordered_map, every log mod
 
         std::unordered_map<std::uint64_t, std::uint64_t> ints;
         std::size_t ops = random_run(
-            pool, r->ints, ints, int_key, [](std::uint64_t v) { return v; }, 1500, 400, rng,
+            pool, r->ints, ints, int_key, [](std::uint64_t v) { return v; }, 1000, 300, rng,
             rehash_seen);
         std::size_t buckets = r->ints.bucket_count();
 
         std::unordered_map<std::string, std::string> strs;
-        ops += random_run(pool, r->strs, strs, str_key, str_value, 300, 150, rng, rehash_seen);
+        ops += random_run(pool, r->strs, strs, str_key, str_value, 250, 100, rng, rehash_seen);
         std::unordered_map<std::string, std::uint64_t> str_ints;
         ops += random_run(
             pool, r->str_ints, str_ints, str_key, [](std::uint64_t v) { return v; }, 200, 60, rng,
@@ -220,7 +221,7 @@ TEST_CASE("hash_map: random operations against std::unordered_map, every log mod
                           << " of them while a rehash was under way; the integer map reached "
                           << buckets << " buckets");
         CHECK(rehash_seen > 0);
-        CHECK(buckets >= 512);
+        CHECK(buckets >= 256);
 
         // Everything survives closing and reopening (possibly in the middle of a rehash).
         pool.close();
@@ -254,7 +255,7 @@ TEST_CASE("hash_map: growth is incremental, so no transaction grows with the tab
         auto* r = pool.root<map_root>();
         std::uint64_t max_log = 0, total_log = 0;
         std::size_t rehash_inserts = 0;
-        constexpr std::uint64_t n = 20000;
+        constexpr std::uint64_t n = 10000;
         for (std::uint64_t k = 0; k < n; ++k) {
             std::uint64_t before = pool.stats().log_bytes;
             tlptm::atomic(pool, [&] { r->ints.insert(k, k + 1); });
@@ -267,9 +268,9 @@ TEST_CASE("hash_map: growth is incremental, so no transaction grows with the tab
                           << " buckets, log bytes per insert: mean " << total_log / n << ", max "
                           << max_log << "; " << rehash_inserts
                           << " inserts while a rehash was under way");
-        CHECK(r->ints.bucket_count() >= 16384);
+        CHECK(r->ints.bucket_count() >= 8192);
         CHECK(r->ints.load_factor() <= 1.0f + 1e-3f);
-        // A rehash of 16384 buckets in one transaction would log at least 128 KiB of bucket
+        // A rehash of 8192 buckets in one transaction would log at least 64 KiB of bucket
         // heads (baseline); each insert moves two buckets.
         CHECK(max_log < 1024);
         CHECK(rehash_inserts > n / 4);

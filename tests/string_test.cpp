@@ -178,7 +178,7 @@ TEST_CASE("string: random operations against std::string, every log mode") {
         std::mt19937_64 rng(static_cast<unsigned>(mode) + 11);
         std::string m, mt;
         std::size_t ops = 0, c_str_checked = 0, c_str_refused = 0;
-        for (int step = 0; step < 600; ++step) {
+        for (int step = 0; step < 400; ++step) {
             int batch = 1 + static_cast<int>(rng() % 5);
             tlptm::atomic(pool, [&] {
                 for (int k = 0; k < batch; ++k) {
