@@ -385,6 +385,8 @@ public:
                 current_tx_[e.thread] = -1;
                 dirty_ = true;
                 break;
+            case event_kind::fault: // the fence or flush threw: it made nothing durable
+                break;
             }
         }
         if (dirty_)

@@ -46,6 +46,7 @@
 
 #include "crash_images.hpp"
 #include "pool_file.hpp"
+#include "scheduler.hpp"
 #include "tracer.hpp"
 
 namespace tlptm_harness {
@@ -64,8 +65,11 @@ inline std::uint64_t hash_digest(const digest& d) noexcept {
 
 inline std::string show_digest(const digest& d) {
     std::string s = "[";
-    for (std::size_t i = 0; i < d.size() && i < 12; ++i)
-        s += (i ? " " : "") + std::to_string(d[i]);
+    for (std::size_t i = 0; i < d.size() && i < 12; ++i) {
+        if (i > 0)
+            s += ' ';
+        s += std::to_string(d[i]);
+    }
     if (d.size() > 12)
         s += " ...";
     return s + "]";
@@ -89,34 +93,95 @@ struct tx_record {
 };
 
 /// Runs a scenario's transactions and records, for each, its commit timestamp and its effect
-/// on the model. Thread-safe.
+/// on the model. Thread-safe. Each transaction start is a scheduling point (scheduler.hpp).
+///
+/// With faults expected (an injected persistence failure), a transaction that throws the
+/// injected fault is recorded (as begun, never returned) if it streamed its log entry, since
+/// recovery may then replay it; one that throws pool_error is not. Every transaction that
+/// begins after a thread has seen the fault must throw pool_error (the pool is poisoned):
+/// one that returns is a problem.
 class recorder {
 public:
     explicit recorder(tracer& t) : tracer_(t) {}
 
+    void expect_faults(bool on) { faults_ = on; }
+    /// How the scenario closes and reopens the traced pool (set by the sweep).
+    void set_reopen(std::function<void(tlptm::pool&)> f) { reopen_ = std::move(f); }
+    /// Closes `p` and opens it again with the tracing policy (recovery runs, traced).
+    void reopen(tlptm::pool& p) { reopen_(p); }
+
     /// Runs `body` as one update transaction (it must store something) and records `op` as its
-    /// effect on the model.
-    template <class F> void atomic(tlptm::pool& p, F&& body, model_op op) {
+    /// effect on the model. Returns false if it threw the injected fault or pool_error (only
+    /// when faults are expected; otherwise those propagate).
+    template <class F> bool atomic(tlptm::pool& p, F&& body, model_op op) {
+        scheduler::yield(point::tx_begin, nullptr);
         std::uint32_t id = next_.fetch_add(1);
+        tlptm::detail::thread_slot& slot =
+            tlptm::detail::this_thread_registry.slot_for(p.state_ptr());
+        const bool after_fault = fault_seen_.load();
+        const std::uint64_t streams = faults_ ? tracer_.streams_of_this_thread() : 0;
         tracer_.begin_tx(id);
-        tlptm::atomic(p, std::forward<F>(body));
+        try {
+            tlptm::atomic(p, std::forward<F>(body));
+        } catch (const tlptm::pool_error&) {
+            if (!faults_)
+                throw;
+            pool_errors_.fetch_add(1);
+            return false;
+        } catch (const tlptm::error& e) {
+            if (!faults_ || std::string(e.what()).find(injected_fault) == std::string::npos)
+                throw;
+            fault_seen_.store(true);
+            faulted_.fetch_add(1);
+            if (after_fault)
+                problem("transaction " + std::to_string(id) +
+                        " began after the persistence failure and threw it again instead of "
+                        "pool_error");
+            if (tracer_.streams_of_this_thread() != streams) { // its entry may be durable
+                std::lock_guard lk(mutex_);
+                txs_.push_back({id, slot.last_ts, std::move(op)});
+            }
+            return false;
+        }
         // The slot's newest entry is this transaction's (it wrote, so it has one).
-        std::uint64_t ts = tlptm::detail::this_thread_registry.slot_for(p.state_ptr()).last_ts;
+        std::uint64_t ts = slot.last_ts;
         tracer_.end_tx(id);
+        if (after_fault)
+            problem("transaction " + std::to_string(id) +
+                    " began after a persistence failure and returned: every later transaction "
+                    "must throw pool_error");
         std::lock_guard lk(mutex_);
         txs_.push_back({id, ts, std::move(op)});
+        return true;
     }
 
     std::vector<tx_record> take() {
         std::lock_guard lk(mutex_);
         return std::move(txs_);
     }
+    std::vector<std::string> problems() {
+        std::lock_guard lk(mutex_);
+        return problems_;
+    }
+    bool fault_seen() const { return fault_seen_.load(); }
+    std::uint64_t pool_errors() const { return pool_errors_.load(); }
+    std::uint64_t faulted() const { return faulted_.load(); }
 
 private:
+    void problem(const std::string& m) {
+        std::lock_guard lk(mutex_);
+        problems_.push_back(m);
+    }
+
     tracer& tracer_;
+    bool faults_ = false;
+    std::function<void(tlptm::pool&)> reopen_;
     std::atomic<std::uint32_t> next_{0};
+    std::atomic<bool> fault_seen_{false};
+    std::atomic<std::uint64_t> pool_errors_{0}, faulted_{0};
     std::mutex mutex_;
     std::vector<tx_record> txs_;
+    std::vector<std::string> problems_;
 };
 
 /// A workload whose crashes are swept.
@@ -133,6 +198,9 @@ struct scenario {
     std::function<void(tlptm::pool&, recorder&)> run;
     /// The observable state of an open pool; must not write and must not trust the pool.
     std::function<observation(tlptm::pool&)> observe;
+    /// A scheduled scenario: runs its workers with scheduler::run (instead of `run`); the
+    /// sweep builds the scheduler from sweep_config::schedule.
+    std::function<void(tlptm::pool&, recorder&, scheduler&)> scheduled;
 };
 
 struct sweep_config {
@@ -157,6 +225,11 @@ struct sweep_config {
     std::size_t max_messages = 6;
     /// Where to write the images of violations (empty: nowhere).
     std::string dump_dir;
+    /// Scheduled scenarios: seed and strategy of the scheduler.
+    schedule_options schedule;
+    /// A deliberate bug of the library, switched on during the scenario's run only (needs
+    /// TLPTM_SCHED_HOOKS; tests of the harness).
+    tlptm::detail::mutation lib_mut = tlptm::detail::mutation::none;
 };
 
 struct sweep_result {
@@ -165,6 +238,10 @@ struct sweep_result {
                 image_checks = 0, recoveries = 0, skipped = 0, recovery_crash_runs = 0,
                 recovery_crash_images = 0, recovery_crash_skipped = 0, out_of_order = 0,
                 thread_switches = 0, violations = 0;
+    /// Scheduled runs: interleavings (1 per run), scheduling points, stalls (a thread presumed
+    /// blocked in the library), the fingerprint of the interleaving.
+    std::size_t interleavings = 0, sched_points = 0, stalls = 0, faults = 0;
+    std::uint64_t fingerprint = 0;
     bool mutation_matched = true;
     std::vector<std::string> messages;
     /// Every crash point (its description) at which some image failed a check, with the first
@@ -198,6 +275,10 @@ struct sweep_result {
         out_of_order += o.out_of_order;
         thread_switches += o.thread_switches;
         violations += o.violations;
+        interleavings += o.interleavings;
+        sched_points += o.sched_points;
+        stalls += o.stalls;
+        faults += o.faults;
         for (const auto& m : o.messages)
             if (messages.size() < 20)
                 messages.push_back(m);
@@ -387,6 +468,10 @@ class sweep_run {
 public:
     sweep_run(const scenario& sc, const sweep_config& cfg) : sc_(sc), cfg_(cfg) {
         res_.name = sc.name;
+        if (sc.scheduled)
+            tag_ = sc.name + ", " + cfg.schedule.describe();
+        else
+            tag_ = sc.name;
     }
 
     sweep_result go() {
@@ -394,7 +479,7 @@ public:
         try {
             body();
         } catch (const std::exception& e) {
-            res_.violation("[" + sc_.name + "] harness error: " + e.what(), cfg_.max_messages,
+            res_.violation("[" + tag_ + "] harness error: " + e.what(), cfg_.max_messages,
                            "scenario");
         }
         res_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -410,7 +495,7 @@ private:
     }
 
     void violation(const std::string& msg, const std::string& where = "scenario") {
-        res_.violation("[" + sc_.name + "] " + msg, cfg_.max_messages, where);
+        res_.violation("[" + tag_ + "] " + msg, cfg_.max_messages, where);
     }
 
     void body() {
@@ -430,18 +515,35 @@ private:
         tracer tr(initial_, topt);
         opt.policy = &tr;
         recorder rec(tr);
+        const bool faults = topt.fail_fence >= 0 || topt.fail_flush >= 0;
+        rec.expect_faults(faults);
+        rec.set_reopen([&](tlptm::pool& p) {
+            p.close();
+            p = tlptm::pool::open(file_->str(), opt);
+        });
         digest s0;
         observation live;
         {
             tlptm::pool p = tlptm::pool::open(file_->str(), opt);
             s0 = sc_.observe(p).state;
             try {
-                sc_.run(p, rec);
+                if (sc_.scheduled)
+                    run_scheduled(p, rec);
+                else
+                    sc_.run(p, rec);
             } catch (const std::exception& e) {
                 violation(std::string("the scenario failed: ") + e.what());
             }
+            for (const auto& m : rec.problems())
+                violation(m);
+            if (sc_.scheduled)
+                check_leaks(p);
+            res_.faults = rec.faulted();
+            if (faults && !tr.fault_fired())
+                violation("the injected fault never fired (the scenario makes too few fences)");
             live = sc_.observe(p);
-            tr.check_now("the end of the run");
+            if (!rec.fault_seen())
+                tr.check_now("the end of the run");
             p.close();
         }
         trace_ = tr.take();
@@ -462,7 +564,8 @@ private:
         res_.transactions = model_->transactions();
         if (!live.problem.empty())
             violation("live pool after the run: " + live.problem);
-        if (live.state != model_->final_state())
+        // After a failed commit the live pool may lack the failed transaction's write-back.
+        if (!rec.fault_seen() && live.state != model_->final_state())
             violation("live state after the run " + show_digest(live.state) +
                       " differs from the reference model " + show_digest(model_->final_state()));
 
@@ -496,6 +599,74 @@ private:
         });
         res_.crash_points = gen.points();
         res_.sampled_points = gen.sampled_points();
+    }
+
+    /// Runs a scheduled scenario with the configured scheduler and library mutation.
+    void run_scheduled(tlptm::pool& p, recorder& rec) {
+        scheduler sch(cfg_.schedule);
+        sch.on_abort([&p] {
+            if (p.is_open())
+                p.state().poison("the harness aborted a scheduled run");
+        });
+        struct mutation_scope {
+            explicit mutation_scope([[maybe_unused]] tlptm::detail::mutation m) {
+#if defined(TLPTM_SCHED_HOOKS)
+                tlptm::detail::active_mutation.store(m);
+#endif
+            }
+            ~mutation_scope() {
+#if defined(TLPTM_SCHED_HOOKS)
+                tlptm::detail::active_mutation.store(tlptm::detail::mutation::none);
+#endif
+            }
+        };
+        {
+            mutation_scope mut(cfg_.lib_mut);
+            try {
+                sc_.scheduled(p, rec, sch);
+            } catch (...) {
+                note_schedule(sch);
+                throw;
+            }
+        }
+        note_schedule(sch);
+    }
+
+    void note_schedule(const scheduler& sch) {
+        const schedule_stats& st = sch.stats();
+        res_.interleavings = 1;
+        res_.sched_points = st.points;
+        res_.stalls = st.stalls;
+        res_.fingerprint = st.fingerprint;
+        if (!st.failure.empty())
+            violation("scheduler: " + st.failure, "scheduler");
+    }
+
+    /// After a scheduled run (every worker thread has exited): no orec stays locked, even after
+    /// a persistence failure, and on a healthy pool no slot keeps in_flight (DESIGN §6).
+    void check_leaks(tlptm::pool& p) {
+        if (!p.is_open())
+            return;
+        tlptm::detail::pool_state& st = p.state();
+        std::size_t locked = 0;
+        for (std::uint32_t i = 0; i < tlptm::detail::orec_table::size; ++i)
+            if (tlptm::detail::orec_table::locked(st.orecs[i].load()))
+                ++locked;
+        if (locked > 0)
+            violation(std::to_string(locked) +
+                          " orec(s) still locked after every thread finished (a leaked commit "
+                          "lock)",
+                      "leak");
+        // On a poisoned pool CT never advances again: a slot whose settling failed may keep
+        // in_flight (pool_state::release_slot). On a healthy one nothing may hold CT back.
+        if (!st.poisoned())
+            for (const auto& s : st.slots)
+                if (s->in_flight.load() != 0)
+                    violation("slot " + std::to_string(s->index) + " keeps in_flight " +
+                                  std::to_string(s->in_flight.load()) +
+                                  " after its thread exited, on a healthy pool (CT can never "
+                                  "pass it)",
+                              "leak");
     }
 
     // ---- prediction -----------------------------------------------------------------------
@@ -839,6 +1010,7 @@ private:
     std::unordered_map<std::uint64_t, recovery_outcome> outcomes_;
     std::vector<std::uint64_t> rings_;
     std::size_t replaying_seen_ = 0, dumped_ = 0;
+    std::string tag_;
 };
 
 } // namespace detail

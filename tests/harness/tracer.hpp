@@ -14,13 +14,18 @@
 //
 // Thread-safe: one mutex serialises every call, so the trace is one interleaving of the threads'
 // calls. Each event carries the index of the calling thread (fences order that thread's own
-// flushes and streams only).
+// flushes and streams only). Every call is a scheduling point of scheduler.hpp (a no-op
+// outside a scheduled run): the scheduler may let another thread run before it is recorded.
+//
+// Fault injection for the scheduled sweep: the n-th fence or flush throws, as a failed msync
+// does; it is recorded as a `fault` event, not as a fence, since nothing was made durable.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -31,6 +36,7 @@
 #include <tlptm/tlptm.hpp>
 
 #include "pool_file.hpp"
+#include "scheduler.hpp"
 
 namespace tlptm_harness {
 
@@ -42,6 +48,7 @@ enum class event_kind : std::uint8_t {
     fence,    ///< fence()
     tx_begin, ///< the scenario calls tlptm::atomic for transaction `tx`
     tx_end,   ///< tlptm::atomic of transaction `tx` returned
+    fault,    ///< an injected fault: the fence or flush threw and did nothing
 };
 
 struct event {
@@ -71,7 +78,15 @@ struct tracer_options {
     /// Mutation: the n-th stored() call (0-based) is not recorded, as if the library had made
     /// that store without telling the policy. -1: none.
     std::int64_t ignore_stored = -1;
+    /// Fault injection: the n-th fence (0-based, all threads) throws tlptm::error as a failed
+    /// msync does, and makes nothing durable. -1: none.
+    std::int64_t fail_fence = -1;
+    /// The same for the n-th flush.
+    std::int64_t fail_flush = -1;
 };
+
+/// What an injected fault throws.
+inline constexpr const char* injected_fault = "injected fault: msync failed (EIO)";
 
 /// The tracing persistence policy. Construct it from the pool file's bytes before opening the
 /// pool with pool_options::policy = &tracer; it must outlive the pool.
@@ -101,6 +116,7 @@ public:
     tracer& operator=(const tracer&) = delete;
 
     void stream(void* dst, const void* src, std::size_t n) override {
+        scheduler::yield(point::stream, dst);
         std::lock_guard lk(mutex_);
         std::memcpy(dst, src, n); // the policy makes the copy
         std::uint64_t off;
@@ -108,9 +124,11 @@ public:
             return;
         std::memcpy(view_.data() + off, src, n);
         push(event_kind::stream, off, n, src);
+        ++streams_[trace_.events.back().thread];
     }
 
     void stored(const void* dst, std::size_t n) override {
+        scheduler::yield(control(dst, true) ? point::stored_ctl : point::stored, dst);
         std::lock_guard lk(mutex_);
         if (opt_.ignore_stored >= 0 && stored_calls_++ == opt_.ignore_stored)
             return;
@@ -122,7 +140,13 @@ public:
     }
 
     void flush(const void* addr, std::size_t n) override {
+        scheduler::yield(control(addr, true) ? point::flush_ctl : point::flush, addr);
         std::lock_guard lk(mutex_);
+        if (opt_.fail_flush >= 0 && flushes_++ == opt_.fail_flush) {
+            push(event_kind::fault, 0, 0, nullptr);
+            fault_fired_ = true;
+            throw tlptm::error(injected_fault);
+        }
         std::uint64_t off;
         if (!locate(addr, n, "flush", off))
             return;
@@ -130,7 +154,15 @@ public:
     }
 
     void fence() override {
+        scheduler::yield(control(nullptr, false) ? point::fence_ctl : point::fence, nullptr);
         std::lock_guard lk(mutex_);
+        if (opt_.fail_fence >= 0 && static_cast<std::int64_t>(fences_) == opt_.fail_fence &&
+            !fault_fired_) {
+            ++fences_;
+            push(event_kind::fault, 0, 0, nullptr);
+            fault_fired_ = true;
+            throw tlptm::error(injected_fault);
+        }
         push(event_kind::fence, 0, 0, nullptr);
         ++fences_;
         if (opt_.strict)
@@ -157,6 +189,18 @@ public:
 
     const pool_layout& layout() const noexcept { return layout_; }
 
+    /// Streams (log entries) the calling thread has made so far.
+    std::uint64_t streams_of_this_thread() {
+        std::lock_guard lk(mutex_);
+        return streams_[thread_index()];
+    }
+
+    /// True once an injected fault was thrown.
+    bool fault_fired() {
+        std::lock_guard lk(mutex_);
+        return fault_fired_;
+    }
+
     /// The recorded trace (the tracer is empty afterwards).
     trace take() {
         std::lock_guard lk(mutex_);
@@ -167,6 +211,30 @@ public:
     }
 
 private:
+    /// For the scheduler: is `p` on a control line (the pool header: CT, the root)? Notes it
+    /// for the calling thread's next fence; with `p` null, takes the note (a fence).
+    bool control(const void* p, bool note) {
+        static thread_local const tracer* owner = nullptr;
+        static thread_local bool pending = false;
+        if (owner != this) {
+            owner = this;
+            pending = false;
+        }
+        if (!note) {
+            bool was = pending;
+            pending = false;
+            return was;
+        }
+        auto a = reinterpret_cast<std::uintptr_t>(p);
+        auto b = reinterpret_cast<std::uintptr_t>(base_);
+        if (a < b || a - b >= layout_.size)
+            return false;
+        std::uint64_t off = a - b;
+        bool ctl = off < tlptm::detail::header_bytes;
+        pending = pending || ctl;
+        return ctl;
+    }
+
     std::uint16_t thread_index() {
         auto me = std::this_thread::get_id();
         for (std::size_t i = 0; i < thread_ids_.size(); ++i)
@@ -240,8 +308,10 @@ private:
     std::uint8_t* base_ = nullptr;
     trace trace_;
     std::vector<std::thread::id> thread_ids_;
-    std::int64_t stored_calls_ = 0;
+    std::map<std::uint16_t, std::uint64_t> streams_;
+    std::int64_t stored_calls_ = 0, flushes_ = 0;
     std::uint64_t fences_ = 0;
+    bool fault_fired_ = false;
 };
 
 } // namespace tlptm_harness
