@@ -25,9 +25,8 @@ using tlptm_test::temp_path;
 
 /// Persistence through plain stores (the pool file is in RAM: it is what a crash keeps), with
 /// one trap: the flush of a chosen word stalls its thread until released.
-class stalling_policy final : public tlptm::persist_policy {
+class stalling_policy final : public tlptm_test::ram_policy {
 public:
-    void stream(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
     void flush(const void* addr, std::size_t) override {
         if (addr != trap_.load())
             return;
@@ -36,7 +35,6 @@ public:
         cv_.notify_all();
         cv_.wait(lk, [&] { return released_; });
     }
-    void fence() override {}
 
     void arm(const void* word) { trap_.store(word); }
     bool wait_stalled(std::chrono::milliseconds limit) {
@@ -76,9 +74,7 @@ TEST_CASE("block reuse waits for a durable checkpoint, not for one another threa
           "stored") {
     temp_path path("durable-ct");
     stalling_policy policy;
-    auto opt = tlptm_test::small_options();
-    opt.policy = &policy;
-    auto pool = tlptm::pool::create(path, opt);
+    auto pool = tlptm::pool::create(path, tlptm_test::options_with(policy));
     root* rt = pool.root<root>();
     auto& st = pool.state();
     const std::uint64_t ct_offset = offsetof(tlptm::detail::pool_header, checkpoint_ts);

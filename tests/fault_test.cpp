@@ -22,10 +22,8 @@ struct root {
 
 /// Plain stores (the pool file is in RAM), with a fault switch: the n-th fence from now throws,
 /// as a failed msync does.
-class faulty_policy final : public tlptm::persist_policy {
+class faulty_policy final : public tlptm_test::ram_policy {
 public:
-    void stream(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
-    void flush(const void*, std::size_t) override {}
     void fence() override {
         if (countdown_.load() > 0 && countdown_.fetch_sub(1) == 1)
             throw tlptm::error("injected fault: msync failed (EIO)");
@@ -59,9 +57,7 @@ TEST_CASE("a fence that fails in the commit poisons the pool and leaks no lock n
         const bool aalo = std::string(which) == "F0";
         temp_path path("fault");
         faulty_policy policy;
-        auto opt = tlptm_test::small_options();
-        opt.policy = &policy;
-        auto pool = tlptm::pool::create(path, opt);
+        auto pool = tlptm::pool::create(path, tlptm_test::options_with(policy));
         root* rt = pool.root<root>();
         tlptm::atomic(pool, [&] { rt->a = 1; });
         tlptm::atomic(pool, [&] { rt->b = 2; });
@@ -114,9 +110,7 @@ TEST_CASE("a fence that fails in a checkpoint poisons the pool; the slot's next 
           "no lock") {
     temp_path path("fault-ct");
     faulty_policy policy;
-    auto opt = tlptm_test::small_options();
-    opt.policy = &policy;
-    auto pool = tlptm::pool::create(path, opt);
+    auto pool = tlptm::pool::create(path, tlptm_test::options_with(policy));
     root* rt = pool.root<root>();
     tlptm::atomic(pool, [&] { rt->a = 1; });
     policy.fail_fence_after(1); // the settle inside the checkpoint

@@ -63,6 +63,24 @@ inline tlptm::pool_options small_options(tlptm::log_mode mode = tlptm::log_mode:
     return o;
 }
 
+/// small_options() with a persistence policy that receives every persistence operation.
+inline tlptm::pool_options options_with(tlptm::persist_policy& policy,
+                                        tlptm::log_mode mode = tlptm::log_mode::tlptm) {
+    tlptm::pool_options o = small_options(mode);
+    o.policy = &policy;
+    return o;
+}
+
+/// A persistence policy for pools in RAM (/dev/shm): the file is what a crash keeps, so
+/// non-temporal copies are plain copies and flushes and fences have nothing to do. Tests derive
+/// from it to stall or fail one kind of operation.
+class ram_policy : public tlptm::persist_policy {
+public:
+    void stream(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
+    void flush(const void*, std::size_t) override {}
+    void fence() override {}
+};
+
 /// The whole contents of a file (a pool image). Throws std::runtime_error on failure.
 inline std::vector<std::uint8_t> read_file(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
