@@ -32,7 +32,8 @@
 //   between two of the runner's operations), so that a blocked thread of higher priority is
 //   not starved by one that runs on. A stall makes the run timing-dependent: the stats count
 //   them;
-// - no point at all for `deadlock` while threads remain: a true deadlock. The run fails with
+// - no point but waits for `deadlock` while threads remain: a true deadlock (or threads that
+//   only wait for each other). The run fails with
 //   the seed, the threads are released (the scheduler stops scheduling), and if they still do
 //   not finish the process aborts with the message;
 // - more than max_points points: a livelock (a transaction that never completes). The run
@@ -178,7 +179,7 @@ public:
                 change_.push_back(1 + rng_() % opt_.pct_steps);
             holder_ = pick(-1, false);
             state_[static_cast<std::size_t>(holder_)] = st::running;
-            last_progress_ = clock::now();
+            last_progress_ = last_work_ = clock::now();
         }
         current().store(this);
         install_hook(true);
@@ -294,7 +295,7 @@ private:
         const bool waiting = kind == point::wait;
         if (!waiting) {
             ++stats_.points;
-            last_progress_ = clock::now();
+            last_progress_ = last_work_ = clock::now();
         }
         auto& s = state_[static_cast<std::size_t>(i)];
         if (stats_.points > opt_.max_points) {
@@ -475,7 +476,9 @@ private:
                 hand_to(next);
                 continue;
             }
-            if (holder_ < 0 && now - last_progress_ > opt_.deadlock) {
+            // No counted point (waits do not count) for that long: nobody makes progress,
+            // whether the turn is held by a waiter or by nobody.
+            if (now - last_work_ > opt_.deadlock) {
                 std::string who;
                 for (std::size_t j = 0; j < state_.size(); ++j)
                     if (state_[j] != st::done)
@@ -508,7 +511,7 @@ private:
     std::uint64_t step_ = 0;
     bool aborting_ = false, released_ = false, in_grace_ = false;
     int verbose_ = 0;
-    clock::time_point last_progress_{};
+    clock::time_point last_progress_{}, last_work_{};
     schedule_stats stats_;
     std::function<void()> on_abort_;
 };
