@@ -98,6 +98,7 @@ struct job_options {
         o.log_capacity = std::size_t{4} << 20;
         o.durability = tlptm::durability::emulate_pmem;
         o.emulate_write_ns = write_ns;
+        o.prefault = prefault;
         return o;
     }
 };
@@ -283,15 +284,6 @@ inline std::vector<std::uint32_t> incomplete_of(std::uint32_t maps,
 
 } // namespace detail
 
-/// Populates the page tables of the whole pool mapping without changing its contents.
-inline void prefault(tlptm::pool& pool) {
-#ifdef MADV_POPULATE_WRITE
-    ::madvise(pool.base(), pool.size(), MADV_POPULATE_WRITE);
-#else
-    (void)pool;
-#endif
-}
-
 /// The map stage and reduce stage of a tlptm backend in an open pool: runs the map tasks that
 /// are not complete yet, then reduces. `base` is the heap in use before the shuffle's table
 /// was created (for the space figures).
@@ -339,9 +331,7 @@ inline job_result run_job(const job_options& o) {
         std::filesystem::remove(path);
         job_result r;
         {
-            tlptm::pool pool = tlptm::pool::create(path, o.pool());
-            if (o.prefault)
-                prefault(pool);
+            tlptm::pool pool = tlptm::pool::create(path, o.pool()); // prefaults if asked
             pool.root<shuffle_root>();
             tlptm::stats before = pool.stats();
             nv_store store(pool, 0, o.w, o.store());

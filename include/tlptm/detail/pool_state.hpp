@@ -622,6 +622,17 @@ inline void map_fixed(pool_state& st, std::uintptr_t addr, std::size_t size) {
     st.size = size;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/// pool_options::prefault: maps every page for writing now rather than on first touch. Best
+/// effort: a kernel without MADV_POPULATE_WRITE (before 5.14) leaves the faults to first use.
+inline void prefault_pages(pool_state& st, const pool_options& opt) {
+    if (opt.prefault)
+        (void)::madvise(st.base, st.size, MADV_POPULATE_WRITE);
+}
+
 /// Chooses how stores become durable for this mapping.
 inline void choose_persistence(pool_state& st, const pool_options& opt) {
     std::uint32_t write_ns =
@@ -755,6 +766,7 @@ inline std::shared_ptr<pool_state> create_state(const std::string& path, const p
         st->persist.stored(h->magic, sizeof h->magic);
         st->persist.flush(st->admin_ctx, h->magic, sizeof h->magic);
         st->persist.fence(st->admin_ctx);
+        prefault_pages(*st, opt);
         st->init_after_map(opt);
     } catch (...) {
         ::unlink(path.c_str());
@@ -789,6 +801,7 @@ inline std::shared_ptr<pool_state> open_state(const std::string& path, const poo
     if (std::memcmp(st->base, h.get(), header_bytes) != 0)
         throw layout_error("tlptm: pool '" + path + "': header changed while opening");
     choose_persistence(*st, opt);
+    prefault_pages(*st, opt);
     st->init_after_map(opt);
     return st;
 }
