@@ -368,6 +368,7 @@ inline void abandon_commit(thread_slot& s, std::uint64_t ts, bool committed,
                                   ? r.value
                                   : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
             __atomic_store_n(w, v, __ATOMIC_RELEASE);
+            st.persist.stored(w, 8);
         }
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);

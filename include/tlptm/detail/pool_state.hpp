@@ -358,14 +358,17 @@ struct pool_state {
     thread_slot& enter(thread_slot* preferred) noexcept {
         sched(sched_point::slot, preferred);
         for (unsigned spins = 0;; ++spins) {
-            while (exclusive_flag.load(std::memory_order_acquire) != 0)
+            while (exclusive_flag.load(std::memory_order_acquire) != 0) {
+                sched(sched_point::spin, &exclusive_flag);
                 cpu_relax();
+            }
             if (thread_slot* s = take_slot(preferred)) {
                 if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
                     return *s;
                 s->active_since.store(0, std::memory_order_seq_cst);
                 continue;
             }
+            sched(sched_point::spin, preferred); // every slot is taken
             if (spins < 64)
                 cpu_relax();
             else if (spins < 4096)
@@ -398,11 +401,14 @@ struct pool_state {
         std::uint32_t expected = 0;
         while (!exclusive_flag.compare_exchange_weak(expected, 1, std::memory_order_seq_cst)) {
             expected = 0;
+            sched(sched_point::spin, &exclusive_flag);
             cpu_relax();
         }
         for (const auto& s : slots)
-            while (s->active_since.load(std::memory_order_seq_cst) != 0)
+            while (s->active_since.load(std::memory_order_seq_cst) != 0) {
+                sched(sched_point::spin, s.get());
                 cpu_relax();
+            }
     }
     void unlock_exclusive() noexcept { exclusive_flag.store(0, std::memory_order_release); }
 
@@ -485,6 +491,7 @@ struct pool_state {
                 throw_poisoned();
             if (durable_checkpoint() >= s.last_ts) // I2: a durable CT, never the header word
                 break;
+            sched(sched_point::spin, &s);
             if (spins > 64)
                 std::this_thread::yield();
             cpu_relax();

@@ -27,6 +27,7 @@ enum class sched_point : std::uint8_t {
     reclaim,     ///< before the allocator hands out freed blocks
     write_back,  ///< before a write-back (own or settled for another slot)
     slot,        ///< before taking or releasing a thread slot
+    spin,        ///< waiting for another thread (each turn of a spin loop)
 };
 
 /// Deliberate bugs the harness switches on to prove that it catches them (mutation testing of
@@ -52,7 +53,9 @@ inline bool mutated(mutation m) noexcept {
 }
 #else
 inline void sched(sched_point, const void*) noexcept {}
-constexpr bool mutated(mutation) noexcept { return false; }
+constexpr bool mutated(mutation) noexcept {
+    return false;
+}
 #endif
 
 } // namespace tlptm::detail

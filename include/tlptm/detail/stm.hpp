@@ -16,6 +16,8 @@
 #include <memory>
 #include <thread>
 
+#include <tlptm/detail/sched.hpp>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -35,6 +37,7 @@ public:
     void lock() noexcept {
         for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
             while (flag_.load(std::memory_order_relaxed)) {
+                sched(sched_point::spin, &flag_);
                 if (++spins > 256)
                     std::this_thread::yield();
                 cpu_relax();
