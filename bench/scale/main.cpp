@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../examples/hashtable/pool_cleanup.hpp"
 #include "report.hpp"
 #include "workloads.hpp"
 
@@ -256,26 +257,6 @@ std::vector<unsigned> default_threads(unsigned max_threads, unsigned cores) {
     return t;
 }
 
-/// The pool file of the running process, removed if the program is interrupted (a pool in
-/// /dev/shm holds RAM until it is removed).
-char interrupted_pool_path[4096];
-
-void remove_pool_and_exit(int sig) {
-    ::unlink(interrupted_pool_path); // async-signal-safe, as is _exit
-    ::_exit(128 + sig);
-}
-
-void remove_pool_on_interrupt(const std::string& path) {
-    if (path.size() >= sizeof interrupted_pool_path)
-        return;
-    std::memcpy(interrupted_pool_path, path.c_str(), path.size() + 1);
-    struct sigaction sa {};
-    sa.sa_handler = remove_pool_and_exit;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        ::sigaction(sig, &sa, nullptr);
-}
-
 /// The 1-minute load average (/proc/loadavg), or a negative number if unknown.
 double load_average() {
     std::FILE* f = std::fopen("/proc/loadavg", "r");
@@ -348,7 +329,7 @@ int main(int argc, char** argv) {
                      o.cfg.pool_path.c_str());
         return 2;
     }
-    remove_pool_on_interrupt(o.cfg.pool_path);
+    workloads::remove_pool_on_interrupt(o.cfg.pool_path);
 
     std::vector<workload_spec> specs;
     for (workload_kind k : o.kinds) {

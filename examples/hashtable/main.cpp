@@ -29,6 +29,7 @@
 #include "backends.hpp"
 #include "driver.hpp"
 #include "floor.hpp"
+#include "pool_cleanup.hpp"
 #include "results.hpp"
 #include "value.hpp"
 
@@ -228,26 +229,6 @@ options parse(int argc, char** argv) {
             throw usage_error(std::string("workload ") + to_string(w) +
                               " updates existing keys: it needs --preload of at least 1");
     return o;
-}
-
-/// The pool file of the running process, removed if the program is interrupted (a pool in
-/// /dev/shm holds RAM until it is removed).
-char interrupted_pool_path[4096];
-
-void remove_pool_and_exit(int sig) {
-    ::unlink(interrupted_pool_path); // async-signal-safe, as is _exit
-    ::_exit(128 + sig);
-}
-
-void remove_pool_on_interrupt(const std::string& path) {
-    if (path.size() >= sizeof interrupted_pool_path)
-        return;
-    std::memcpy(interrupted_pool_path, path.c_str(), path.size() + 1);
-    struct sigaction sa {};
-    sa.sa_handler = remove_pool_and_exit;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        ::sigaction(sig, &sa, nullptr);
 }
 
 /// The default pool file: in /dev/shm (RAM, the paper's NVM emulation) or else $TMPDIR.
