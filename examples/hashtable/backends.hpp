@@ -119,9 +119,11 @@ private:
         o.mode = c.mode;
         o.durability = tlptm::durability::emulate_pmem;
         o.emulate_write_ns = c.write_ns;
-        // TLPTM_WRITE_BACK=eager|lazy compares the two write-back policies (default: lazy).
-        if (const char* wb = std::getenv("TLPTM_WRITE_BACK"); wb && std::string(wb) == "eager")
-            o.write_back = tlptm::write_back::eager;
+        // TLPTM_WRITE_BACK=eager|lazy compares the two write-back policies (default: the
+        // library's, eager).
+        if (const char* wb = std::getenv("TLPTM_WRITE_BACK"))
+            o.write_back =
+                std::string(wb) == "lazy" ? tlptm::write_back::lazy : tlptm::write_back::eager;
         o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
         const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
         // Room for the nodes in their size class, the bucket array, every log ring, and a

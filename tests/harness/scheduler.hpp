@@ -79,8 +79,9 @@ inline bool is_control(std::uint8_t k) {
 } // namespace point
 
 inline const char* point_name(std::uint8_t k) {
-    static const char* lib[] = {"tx_begin", "orec_lock", "orec_unlock", "clock",      "in_flight",
-                                "ct_read",  "ct_write",  "reclaim",     "write_back", "slot"};
+    static const char* lib[] = {"tx_begin",   "orec_lock", "orec_unlock", "clock",
+                                "in_flight",  "ct_read",   "ct_write",    "reclaim",
+                                "write_back", "slot",      "spin"};
     if (k < sizeof lib / sizeof *lib)
         return lib[k];
     switch (k) {

@@ -489,6 +489,10 @@ public:
 private:
     tlptm::pool_options open_options() const {
         tlptm::pool_options o = sc_.options;
+        // Both write-back policies: scheduled runs alternate them by seed (odd seeds lazy);
+        // the other sweeps run the library's default (eager; crash_test covers lazy).
+        if (sc_.scheduled && cfg_.schedule.seed % 2 == 1)
+            o.write_back = tlptm::write_back::lazy;
         o.durability = tlptm::durability::emulate_pmem;
         o.policy = nullptr;
         return o;

@@ -113,7 +113,7 @@ struct pool_state {
     std::size_t size = 0;
     pool_header* header = nullptr;
     log_mode mode = log_mode::tlptm;
-    tlptm::write_back write_back_mode = tlptm::write_back::lazy;
+    tlptm::write_back write_back_mode = tlptm::write_back::eager;
     std::size_t write_back_lines = 0; ///< lazy: dirty lines of a slot that trigger a batch
     persistence persist;
     bool map_sync = false; ///< mapped with MAP_SYNC (real persistent memory)
