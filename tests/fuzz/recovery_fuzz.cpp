@@ -228,6 +228,9 @@ oracle predict(const std::vector<std::uint8_t>& img, const tlptm_harness::pool_l
     for (std::size_t i = 1; i < todo.size(); ++i)
         if (todo[i].first == todo[i - 1].first)
             o.refuses = true;
+    // No commit timestamp above max_commit_ts is ever issued: such an entry is refused.
+    if (!todo.empty() && todo.back().first > d::max_commit_ts)
+        o.refuses = true;
     auto replayable = [&](std::uint64_t off) {
         return off % 8 == 0 && ((off >= l.heap_offset && off <= l.heap_offset + l.heap_size - 8) ||
                                 (off >= l.meta_offset && off <= l.meta_offset + l.meta_size - 8));
@@ -297,7 +300,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     oracle want = predict(img, l);
     std::uint8_t* file = fx.view->data();
     std::memcpy(file, img.data(), img.size());
-    bool header_ok = load64(img.data() + tlptm_harness::pool_layout::ct_offset) <= d::max_timestamp;
+    // A CT in the last 2^32 timestamps is refused (detail::max_commit_ts).
+    bool header_ok = load64(img.data() + tlptm_harness::pool_layout::ct_offset) <= d::max_commit_ts;
     try {
         tlptm::pool p = tlptm::pool::open(fx.file->str(), fuzz_options(tlptm::log_mode::tlptm));
         check(header_ok, "a header with CT out of range was accepted");

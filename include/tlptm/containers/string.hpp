@@ -130,26 +130,26 @@ public:
 
     // ---- iterators ----------------------------------------------------------------------
 
-    iterator begin() noexcept { return chars(); }
-    const_iterator begin() const noexcept { return chars(); }
-    const_iterator cbegin() const noexcept { return chars(); }
-    iterator end() noexcept { return chars() + size(); }
-    const_iterator end() const noexcept { return chars() + size(); }
-    const_iterator cend() const noexcept { return end(); }
-    reverse_iterator rbegin() noexcept { return reverse_iterator(end()); }
-    const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end()); }
-    const_reverse_iterator crbegin() const noexcept { return rbegin(); }
-    reverse_iterator rend() noexcept { return reverse_iterator(begin()); }
-    const_reverse_iterator rend() const noexcept { return const_reverse_iterator(begin()); }
-    const_reverse_iterator crend() const noexcept { return rend(); }
+    iterator begin() { return chars(); }
+    const_iterator begin() const { return chars(); }
+    const_iterator cbegin() const { return chars(); }
+    iterator end() { return chars() + size(); }
+    const_iterator end() const { return chars() + size(); }
+    const_iterator cend() const { return end(); }
+    reverse_iterator rbegin() { return reverse_iterator(end()); }
+    const_reverse_iterator rbegin() const { return const_reverse_iterator(end()); }
+    const_reverse_iterator crbegin() const { return rbegin(); }
+    reverse_iterator rend() { return reverse_iterator(begin()); }
+    const_reverse_iterator rend() const { return const_reverse_iterator(begin()); }
+    const_reverse_iterator crend() const { return rend(); }
 
     // ---- capacity -----------------------------------------------------------------------
 
-    bool empty() const noexcept { return size() == 0; }
-    size_type size() const noexcept { return size_.get(); }
-    size_type length() const noexcept { return size(); }
+    bool empty() const { return size() == 0; }
+    size_type size() const { return size_.get(); }
+    size_type length() const { return size(); }
     static constexpr size_type max_size() noexcept { return (size_type{1} << 48) - 1; }
-    size_type capacity() const noexcept { return capacity_.get(); }
+    size_type capacity() const { return capacity_.get(); }
 
     /// Makes room for n characters.
     /// @throw std::length_error n > max_size()
@@ -403,7 +403,7 @@ public:
     friend std::ostream& operator<<(std::ostream& os, const string& s) { return os << s.str(); }
 
 private:
-    cell<char>* chars() const noexcept { return reinterpret_cast<cell<char>*>(data_.get()); }
+    cell<char>* chars() const { return reinterpret_cast<cell<char>*>(data_.get()); }
 
     size_type check(size_type i, const char* op) const {
         size_type n = size();

@@ -99,29 +99,29 @@ public:
     reference back() { return data()[size() - 1]; }
     const_reference back() const { return data()[size() - 1]; }
     /// The elements (nullptr while nothing was ever allocated).
-    pointer data() noexcept { return data_.get(); }
-    const_pointer data() const noexcept { return data_.get(); }
+    pointer data() { return data_.get(); }
+    const_pointer data() const { return data_.get(); }
 
     // ---- iterators ----------------------------------------------------------------------
 
-    iterator begin() noexcept { return data(); }
-    const_iterator begin() const noexcept { return data(); }
-    const_iterator cbegin() const noexcept { return data(); }
-    iterator end() noexcept { return data() + size(); }
-    const_iterator end() const noexcept { return data() + size(); }
-    const_iterator cend() const noexcept { return end(); }
-    reverse_iterator rbegin() noexcept { return reverse_iterator(end()); }
-    const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end()); }
-    const_reverse_iterator crbegin() const noexcept { return rbegin(); }
-    reverse_iterator rend() noexcept { return reverse_iterator(begin()); }
-    const_reverse_iterator rend() const noexcept { return const_reverse_iterator(begin()); }
-    const_reverse_iterator crend() const noexcept { return rend(); }
+    iterator begin() { return data(); }
+    const_iterator begin() const { return data(); }
+    const_iterator cbegin() const { return data(); }
+    iterator end() { return data() + size(); }
+    const_iterator end() const { return data() + size(); }
+    const_iterator cend() const { return end(); }
+    reverse_iterator rbegin() { return reverse_iterator(end()); }
+    const_reverse_iterator rbegin() const { return const_reverse_iterator(end()); }
+    const_reverse_iterator crbegin() const { return rbegin(); }
+    reverse_iterator rend() { return reverse_iterator(begin()); }
+    const_reverse_iterator rend() const { return const_reverse_iterator(begin()); }
+    const_reverse_iterator crend() const { return rend(); }
 
     // ---- capacity -----------------------------------------------------------------------
 
-    bool empty() const noexcept { return size() == 0; }
-    size_type size() const noexcept { return size_.get(); }
-    size_type capacity() const noexcept { return capacity_.get(); }
+    bool empty() const { return size() == 0; }
+    size_type size() const { return size_.get(); }
+    size_type capacity() const { return capacity_.get(); }
     static constexpr size_type max_size() noexcept { return (size_type{1} << 48) / sizeof(T); }
 
     /// Makes room for n elements (one allocation, the elements copied, the old buffer freed).

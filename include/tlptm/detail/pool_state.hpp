@@ -341,14 +341,17 @@ struct pool_state {
             return s.active_since.load(std::memory_order_relaxed) == 0 &&
                    s.active_since.compare_exchange_strong(expect, since, std::memory_order_seq_cst);
         };
-        if (preferred) {
+        // The CAS waits for flushes still pending from the slot's last commit: counted on the
+        // slot's context once it is ours (only its owner touches the context).
+        if (preferred && take(*preferred)) {
             note_locked_op(preferred->pctx);
-            if (take(*preferred))
-                return preferred;
+            return preferred;
         }
         for (auto& s : slots)
-            if (s.get() != preferred && take(*s))
+            if (s.get() != preferred && take(*s)) {
+                note_locked_op(s->pctx);
                 return s.get();
+            }
         return nullptr;
     }
 
@@ -434,15 +437,23 @@ struct pool_state {
     }
 
     /// Settles the slot a thread leaves behind when it exits, so that its write-back does not
-    /// hold CT back until the next checkpoint. Safe from any thread, even if another thread
-    /// runs a transaction in the slot meanwhile.
+    /// hold CT back until the next checkpoint. The slot is taken for that (its context is
+    /// touched only by its holder); if another attempt holds it, that attempt's commit or a
+    /// later checkpoint settles it instead.
     void settle_on_exit(thread_slot& s) noexcept {
         sched(sched_point::slot, &s);
+        if (s.unapplied_ts.load(std::memory_order_acquire) == 0)
+            return;
+        std::uint64_t expect = 0;
+        if (!s.active_since.compare_exchange_strong(
+                expect, clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst))
+            return;
         try {
             settle(s, s.pctx);
         } catch (...) {
             // settle poisoned the pool; a poisoned pool never advances CT again.
         }
+        leave(s);
     }
 
     /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
