@@ -41,10 +41,10 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
-#include <utility>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {

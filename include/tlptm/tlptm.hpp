@@ -3,6 +3,7 @@
 
 #include <tlptm/alloc.hpp>
 #include <tlptm/codec.hpp>
+#include <tlptm/containers.hpp>
 #include <tlptm/errors.hpp>
 #include <tlptm/log.hpp>
 #include <tlptm/options.hpp>
@@ -12,4 +13,3 @@
 #include <tlptm/recovery.hpp>
 #include <tlptm/stats.hpp>
 #include <tlptm/transaction.hpp>
-#include <tlptm/containers.hpp>
