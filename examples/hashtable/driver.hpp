@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <optional>
 #include <string>
@@ -65,8 +66,18 @@ struct thread_log {
     std::uint64_t missing = 0;   ///< updates that did not find an existing key (a failure)
     std::uint64_t duplicate = 0; ///< inserts that found their new key present (a failure)
     std::chrono::steady_clock::time_point end;
+    std::uint64_t cpu_ns = 0; ///< CPU time of the measured loop (this thread only)
     std::exception_ptr error;
 };
+
+/// CPU time of the calling thread: unlike wall time it does not grow while other processes
+/// run (a shared machine), yet it includes the thread's stalls on fences and cache misses.
+inline std::uint64_t thread_cpu_ns() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 /// Checks the table after a run: its size is preload + inserts, every key is found with a
 /// value it may hold (its latest value; with several threads, the latest of some thread that
@@ -272,6 +283,7 @@ template <class Backend> run_result run(const run_config& cfg) {
             ready.fetch_add(1);
             while (!go.load(std::memory_order_acquire))
                 std::this_thread::yield();
+            const std::uint64_t cpu0 = detail::thread_cpu_ns();
             try {
                 for (std::uint64_t i = 0; i < n; ++i) {
                     const bool insert =
@@ -328,6 +340,7 @@ template <class Backend> run_result run(const run_config& cfg) {
                 log.error = std::current_exception();
             }
             log.end = clock::now();
+            log.cpu_ns = detail::thread_cpu_ns() - cpu0;
             finished.fetch_add(1, std::memory_order_release);
         };
 
@@ -362,6 +375,7 @@ template <class Backend> run_result run(const run_config& cfg) {
         for (const detail::thread_log& l : logs) {
             lat.insert(lat.end(), l.latency_ns.begin(), l.latency_ns.end());
             res.inserts += l.inserted;
+            res.cpu_seconds += static_cast<double>(l.cpu_ns) * 1e-9;
             res.updates += l.updated;
         }
         res.measure_latency(lat);

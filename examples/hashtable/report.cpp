@@ -69,6 +69,8 @@ const figure figures[] = {
      [](const run_result& r) { return r.lat_p99_ns; }},
     {"throughput_tx_s", "throughput_gain_pct", "tx/s", false, true, -1,
      [](const run_result& r) { return r.throughput(); }},
+    {"cpu_ns_per_tx", "cpu_ns_reduction_pct", "CPU ns", false, false, 0,
+     [](const run_result& r) { return r.per_tx(static_cast<std::uint64_t>(r.cpu_seconds * 1e9)); }},
 };
 
 /// Figures only the files carry.

@@ -55,7 +55,8 @@ struct run_result {
 
     std::uint64_t inserts = 0;
     std::uint64_t updates = 0;
-    double seconds = 0; ///< wall time of the measured phase
+    double seconds = 0;     ///< wall time of the measured phase
+    double cpu_seconds = 0; ///< CPU time of the worker threads in the measured phase
     double lat_mean_ns = 0, lat_p50_ns = 0, lat_p99_ns = 0;
     bool has_stats = false; ///< pm holds the backend's counters of the measured phase
     tlptm::stats pm;

@@ -451,6 +451,13 @@ inline void commit(thread_slot& s) {
         // replay a transaction whose new objects never reached persistent memory (found by the
         // crash-image sweep, tests/persistency_test.cpp). Only allocating transactions pay it.
         touched = true;
+        // Eager: the previous commit's write-back lines are flushed here, after this commit's
+        // locked instructions, so that this commit's fence completes them together with the
+        // entry (one persistence round trip per transaction; a locked instruction between a
+        // flush and its fence would wait for it like a fence).
+        if (!lazy && previous_unfenced)
+            for (std::uint64_t l : s.dirty_lines)
+                st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
         if (flush_allocated(s))
             st.persist.fence(s.pctx);
 
@@ -490,11 +497,9 @@ inline void commit(thread_slot& s) {
             }
         }
         thread_counters::add(c.data_bytes_written, data_bytes);
-        // Step 6, eager: flush the lines now; the fence is this thread's next F1 (one fence per
-        // update transaction). Lazy: no flush at all until the batch below.
-        if (!lazy)
-            for (std::uint64_t l : s.dirty_lines)
-                st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
+        // Step 6: no flush yet. Eager: the slot's next commit flushes the lines before its F1
+        // (above); a thread that needs CT to pass this commit sooner settles the slot. Lazy:
+        // the batch below flushes them.
         sched(sched_point::orec_unlock, &s);
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
