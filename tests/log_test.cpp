@@ -17,6 +17,7 @@ using tlptm::detail::entry_format;
 using tlptm::detail::entry_view;
 using tlptm::detail::log_record;
 using tlptm::detail::pointer_range;
+using tlptm::detail::pool_range;
 
 namespace {
 
@@ -32,12 +33,15 @@ std::vector<log_record> decode(const entry_view& e) {
     return out;
 }
 
-/// Seals `recs` in `fmt`, parses the bytes back and checks every record survived.
+/// Seals `recs` in `fmt` (covering `covered` with `crc`), parses the bytes back and checks every
+/// record and covered block survived.
 std::vector<std::uint8_t> round_trip(entry_format fmt, const std::vector<log_record>& recs,
                                      std::uint64_t ts = 1000, std::uint64_t prev = 990,
-                                     std::uint64_t gen = 7) {
+                                     std::uint64_t gen = 7,
+                                     const std::vector<pool_range>& covered = {},
+                                     std::uint32_t crc = 0) {
     entry_builder b;
-    std::size_t bound = b.encode(fmt, recs, ptrs);
+    std::size_t bound = b.encode(fmt, recs, ptrs, covered, crc);
     auto bytes = b.seal(ts, prev, gen);
     REQUIRE(bytes.size() <= bound);
     std::vector<std::uint8_t> copy(bytes.begin(), bytes.end());
@@ -45,6 +49,17 @@ std::vector<std::uint8_t> round_trip(entry_format fmt, const std::vector<log_rec
     REQUIRE(tlptm::detail::parse_entry(copy.data(), copy.size(), gen, prev, e));
     CHECK(e.ts == ts);
     CHECK(e.length == copy.size());
+    CHECK((e.covered != nullptr) == !covered.empty());
+    std::vector<pool_range> got_covered;
+    std::uint32_t got_crc =
+        tlptm::detail::for_each_covered(e, [&](const pool_range& r) { got_covered.push_back(r); });
+    REQUIRE(got_covered.size() == covered.size());
+    for (std::size_t i = 0; i < covered.size(); ++i) {
+        CHECK(got_covered[i].offset == covered[i].offset);
+        CHECK(got_covered[i].size == covered[i].size);
+    }
+    if (!covered.empty())
+        CHECK(got_crc == crc);
     auto got = decode(e);
     REQUIRE(got.size() == recs.size());
     for (std::size_t i = 0; i < recs.size(); ++i) {
@@ -122,6 +137,45 @@ TEST_CASE("both entry formats round-trip random write-sets") {
         round_trip(entry_format::baseline, recs);
         round_trip(entry_format::compressed, recs);
     }
+}
+
+TEST_CASE("entries that cover new blocks round-trip in both formats; damage never validates") {
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < 1000; ++i) {
+        auto recs = random_write_set(rng);
+        std::vector<pool_range> covered;
+        std::uint64_t at = rng() % 4096;
+        for (std::size_t k = rng() % 5 + 1; k-- > 0;) {
+            at += rng() % 3 == 0 ? 0 : rng() % 100000; // adjacent blocks too
+            std::uint64_t size = 16 * (rng() % 64 + 1);
+            covered.push_back({at, size});
+            at += size;
+        }
+        auto crc = static_cast<std::uint32_t>(rng());
+        for (auto fmt : {entry_format::baseline, entry_format::compressed}) {
+            auto bytes = round_trip(fmt, recs, 1000, 990, 7, covered, crc);
+            CHECK((bytes[0] & tlptm::detail::entry_covers_blocks) != 0);
+            entry_view e;
+            auto torn = bytes;
+            torn[rng() % torn.size()] ^= static_cast<std::uint8_t>(rng() % 255 + 1);
+            CHECK_FALSE(tlptm::detail::parse_entry(torn.data(), torn.size(), 7, 990, e));
+        }
+    }
+    // Malformed sections: no range, an empty range, a missing CRC.
+    std::uint32_t crc = 0;
+    auto nop = [](const pool_range&) {};
+    std::vector<std::uint8_t> enc(32);
+    std::size_t n = tlptm::codec::put_varint(enc.data(), 0);
+    CHECK(tlptm::detail::parse_covered(enc.data(), enc.data() + n + 4, crc, nop) == 0);
+    n = tlptm::codec::put_varint(enc.data(), 1);
+    n += tlptm::codec::put_varint(enc.data() + n, 64);
+    n += tlptm::codec::put_varint(enc.data() + n, 0); // empty block
+    CHECK(tlptm::detail::parse_covered(enc.data(), enc.data() + n + 4, crc, nop) == 0);
+    n = tlptm::codec::put_varint(enc.data(), 1);
+    n += tlptm::codec::put_varint(enc.data() + n, 64);
+    n += tlptm::codec::put_varint(enc.data() + n, 32);
+    CHECK(tlptm::detail::parse_covered(enc.data(), enc.data() + n + 3, crc, nop) == 0);
+    CHECK(tlptm::detail::parse_covered(enc.data(), enc.data() + n + 4, crc, nop) == n + 4);
 }
 
 TEST_CASE("boundary values and offsets at both ends of the pool") {

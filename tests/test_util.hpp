@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -79,6 +80,39 @@ public:
     void stream(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
     void flush(const void*, std::size_t) override {}
     void fence() override {}
+};
+
+/// Keeps what x86 guarantees after a crash at the moment of the query and nothing more: lines
+/// flushed, and non-temporal stores, once a later fence completed them.
+class durable_lines_policy final : public tlptm::persist_policy {
+public:
+    explicit durable_lines_policy(std::vector<std::uint8_t> image) : image_(std::move(image)) {}
+    void attach(const std::uint8_t* base) { base_ = base; }
+
+    void stream(void* dst, const void* src, std::size_t n) override {
+        std::memcpy(dst, src, n);
+        note(dst, n);
+    }
+    void flush(const void* addr, std::size_t n) override { note(addr, n); }
+    void fence() override {
+        for (std::uint64_t line : pending_) // the line as it is now reaches the medium
+            std::memcpy(image_.data() + line * 64, base_ + line * 64, 64);
+        pending_.clear();
+    }
+    /// The pool file as a crash now would leave it.
+    const std::vector<std::uint8_t>& image() const { return image_; }
+
+private:
+    void note(const void* addr, std::size_t n) {
+        if (!base_ || n == 0)
+            return;
+        auto off = static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(addr) - base_);
+        for (std::uint64_t l = off / 64; l <= (off + n - 1) / 64; ++l)
+            pending_.insert(l);
+    }
+    std::vector<std::uint8_t> image_;
+    const std::uint8_t* base_ = nullptr;
+    std::set<std::uint64_t> pending_;
 };
 
 /// The whole contents of a file (a pool image). Throws std::runtime_error on failure.

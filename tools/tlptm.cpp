@@ -582,6 +582,12 @@ int run_check(const arguments& a) {
                 report(where + ": " + format_name(e.format) +
                        " payload cannot be decoded (malformed after " +
                        plural(index, "record", "records") + ")");
+            detail::for_each_covered(e, [&](const detail::pool_range& b) {
+                const std::uint64_t lo = h.heap_offset, size = h.heap_size;
+                if (b.offset < lo || b.offset - lo > size || b.size > size - (b.offset - lo))
+                    report(where + ": a block it covers (offset " + hex(b.offset) + ", " +
+                           std::to_string(b.size) + " bytes) lies outside the heap");
+            });
         }
     }
     // Timestamps come from one clock: two entries with the same ts are corruption, and
@@ -661,10 +667,23 @@ int run_dump_log(const arguments& a) {
         records.clear();
         bool ok = detail::decode_records(it.entry, v.header().base_address,
                                          [&](const log_record& r) { records.push_back(r); });
+        std::vector<detail::pool_range> covered;
+        std::uint32_t covered_crc = detail::for_each_covered(
+            it.entry, [&](const detail::pool_range& b) { covered.push_back(b); });
         std::printf("entry ts %" PRIu64 "  ring %u  offset %zu  %s  %zu bytes  %s%s\n", it.entry.ts,
                     it.ring, it.offset, format_name(it.entry.format), it.entry.length,
                     plural(records.size(), "record", "records").c_str(),
                     it.entry.ts > ct ? "" : "  (ts <= CT: applied, not replayed)");
+        if (!covered.empty())
+            std::printf("  covers %s, CRC32C %08x\n",
+                        plural(covered.size(), "new block", "new blocks").c_str(), covered_crc);
+        for (const detail::pool_range& b : covered)
+            std::printf("  block  offset %s  %" PRIu64 " bytes%s\n", hex(b.offset).c_str(), b.size,
+                        b.offset >= v.header().heap_offset &&
+                                b.offset - v.header().heap_offset <= v.header().heap_size &&
+                                b.size <= v.header().heap_size - (b.offset - v.header().heap_offset)
+                            ? ""
+                            : "  (outside the heap: recovery refuses the log)");
         for (const log_record& r : records) {
             std::string notes = record_place(v.header(), r.offset);
             // A value that points into the pool is shown as the offset it points to as well.
@@ -705,6 +724,7 @@ int run_recover(const arguments& a) {
     field("rings scanned", std::to_string(r.rings_scanned));
     field("entries valid", std::to_string(r.entries_valid));
     field("entries replayed", std::to_string(r.entries_replayed));
+    field("entries uncommitted", std::to_string(r.entries_uncommitted));
     field("records replayed", std::to_string(r.records_replayed));
     field("log bytes scanned", std::to_string(r.log_bytes_scanned));
     field("duration", duration);

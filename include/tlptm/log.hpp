@@ -13,6 +13,11 @@
 // the entry but the CRC itself, so a torn entry (a crash while its non-temporal stores were in
 // flight) or a stale entry of an earlier generation never validates: the commit needs no
 // separate commit flag and no second fence before the data write-back.
+//
+// An entry of a transaction that allocated may also cover the blocks it allocated (bit 0x80 of
+// the format byte): its payload then starts with the blocks' ranges and a CRC32C of their
+// contents at commit, so that the blocks need no fence of their own before the entry (F0):
+// recovery treats a ring's last entry whose blocks do not match as not committed.
 #pragma once
 
 #include <bit>
@@ -57,6 +62,16 @@ namespace detail {
 enum class entry_format : std::uint8_t {
     baseline = 1,   ///< fixed 16-byte header; records of three 64-bit words
     compressed = 2, ///< varint header; CBLO records
+};
+
+/// Bit of the format byte: the payload starts with a covered-blocks section (ranges of the
+/// blocks the transaction allocated and the CRC32C of their contents).
+inline constexpr std::uint8_t entry_covers_blocks = 0x80;
+
+/// A range of pool bytes (offset from the pool base, size).
+struct pool_range {
+    std::uint64_t offset;
+    std::uint64_t size;
 };
 
 inline constexpr std::size_t baseline_header_bytes = 16;
@@ -265,26 +280,44 @@ bool decode_compressed_records(const std::uint8_t* p, const std::uint8_t* end,
 class entry_builder {
 public:
     /// Encodes the payload of `records` (sorted by offset) in `format`; returns an upper bound
-    /// of the entry's size.
-    std::size_t encode(entry_format format, std::span<const log_record> records,
-                       pointer_range ptrs) {
+    /// of the entry's size. `covered` (sorted by offset, disjoint, each non-empty): ranges of
+    /// blocks whose contents must match `covered_crc` for the entry to count as committed when
+    /// it is its ring's last (see covered_blocks_crc); empty: none.
+    std::size_t encode(entry_format format, std::span<const log_record> records, pointer_range ptrs,
+                       std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
         format_ = format;
+        covers_ = !covered.empty();
+        payload_at_ =
+            format == entry_format::baseline ? baseline_header_bytes : max_compressed_header_bytes;
+        std::size_t section_bound =
+            covers_ ? 9 + covered.size() * 18 + 4 + codec::put_varint_writable_bytes : 0;
+        std::size_t records_bound = format == entry_format::baseline
+                                        ? 24 * records.size()
+                                        : compressed_bound(records.size());
+        buf_.resize(payload_at_ + section_bound + records_bound);
+        std::uint8_t* p = buf_.data() + payload_at_;
+        if (covers_) {
+            p += codec::put_varint(p, covered.size());
+            std::uint64_t end = 0;
+            for (const pool_range& r : covered) {
+                p += codec::put_varint(p, r.offset - end);
+                p += codec::put_varint(p, r.size);
+                end = r.offset + r.size;
+            }
+            std::memcpy(p, &covered_crc, 4);
+            p += 4;
+        }
         if (format == entry_format::baseline) {
-            payload_at_ = baseline_header_bytes;
-            payload_ = 24 * records.size();
-            buf_.resize(payload_at_ + payload_);
-            std::uint8_t* p = buf_.data() + payload_at_;
             for (const log_record& r : records) {
                 store_u64(p, r.offset);
                 store_u64(p + 8, r.value);
                 store_u64(p + 16, r.mask);
                 p += 24;
             }
-            return payload_at_ + payload_;
+        } else {
+            p += encode_compressed_records(p, records, ptrs);
         }
-        payload_at_ = max_compressed_header_bytes;
-        buf_.resize(payload_at_ + compressed_bound(records.size()));
-        payload_ = encode_compressed_records(buf_.data() + payload_at_, records, ptrs);
+        payload_ = static_cast<std::size_t>(p - (buf_.data() + payload_at_));
         return payload_at_ + payload_;
     }
 
@@ -294,17 +327,19 @@ public:
     std::span<const std::uint8_t> seal(std::uint64_t ts, std::uint64_t prev_ts, std::uint64_t gen) {
         std::uint8_t* e;
         std::size_t length, crc_at;
+        const std::uint8_t format_byte = static_cast<std::uint8_t>(
+            static_cast<std::uint8_t>(format_) | (covers_ ? entry_covers_blocks : 0));
         if (format_ == entry_format::baseline) {
             e = buf_.data();
             length = baseline_header_bytes + payload_;
-            store_u64(e, static_cast<std::uint8_t>(format_) | ts << 8);
+            store_u64(e, format_byte | ts << 8);
             auto len32 = static_cast<std::uint32_t>(length);
             std::memcpy(e + 8, &len32, 4);
             crc_at = 12;
         } else {
             std::uint8_t hdr[max_compressed_header_bytes + codec::put_varint_writable_bytes];
             std::size_t h = 0;
-            hdr[h++] = static_cast<std::uint8_t>(format_);
+            hdr[h++] = format_byte;
             h += codec::put_varint(hdr + h, payload_);
             h += codec::put_varint(hdr + h, ts - prev_ts);
             crc_at = h;
@@ -320,6 +355,7 @@ public:
 
 private:
     entry_format format_ = entry_format::baseline;
+    bool covers_ = false;
     std::size_t payload_at_ = 0, payload_ = 0;
     std::vector<std::uint8_t> buf_;
 };
@@ -328,10 +364,65 @@ private:
 struct entry_view {
     std::uint64_t ts = 0;
     entry_format format{};
-    std::size_t length = 0; ///< bytes of the whole entry
-    const std::uint8_t* payload = nullptr;
+    std::size_t length = 0;                ///< bytes of the whole entry
+    const std::uint8_t* payload = nullptr; ///< the records
     std::size_t payload_size = 0;
+    /// The covered-blocks section (nullptr: none): the range count, the ranges, the CRC.
+    const std::uint8_t* covered = nullptr;
+    std::size_t covered_size = 0;
 };
+
+/// Parses a covered-blocks section at [p, end) (see entry_builder::encode): calls f(pool_range)
+/// for each range and returns the section's size with the CRC in `crc`, or 0 if the section is
+/// malformed (no range, an empty range, a varint that does not decode, offsets that overflow,
+/// ranges out of order, a missing CRC). Reads nothing outside [p, end).
+template <class F>
+std::size_t parse_covered(const std::uint8_t* p, const std::uint8_t* end, std::uint32_t& crc,
+                          F&& f) {
+    const std::uint8_t* start = p;
+    std::uint64_t n;
+    std::size_t k = codec::get_varint(p, end, n);
+    // Each range takes at least two bytes, which bounds the count by what is left.
+    if (k == 0 || n == 0 || n > static_cast<std::uint64_t>(end - p - k) / 2)
+        return 0;
+    p += k;
+    std::uint64_t at = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        std::uint64_t gap, size, off;
+        if ((k = codec::get_varint(p, end, gap)) == 0)
+            return 0;
+        p += k;
+        if ((k = codec::get_varint(p, end, size)) == 0)
+            return 0;
+        p += k;
+        if (size == 0 || __builtin_add_overflow(at, gap, &off) ||
+            __builtin_add_overflow(off, size, &at))
+            return 0;
+        f(pool_range{off, size});
+    }
+    if (end - p < 4)
+        return 0;
+    std::memcpy(&crc, p, 4);
+    return static_cast<std::size_t>(p + 4 - start);
+}
+
+/// Calls f(pool_range) for every covered block of a validated entry; returns their CRC.
+template <class F> std::uint32_t for_each_covered(const entry_view& e, F&& f) {
+    std::uint32_t crc = 0;
+    if (e.covered)
+        parse_covered(e.covered, e.covered + e.covered_size, crc, f);
+    return crc;
+}
+
+/// CRC32C of the contents of `ranges` (in order) in the pool mapped at `base`: what an entry
+/// that covers them records at commit, and what recovery recomputes.
+inline std::uint32_t covered_blocks_crc(const std::uint8_t* base,
+                                        std::span<const pool_range> ranges) noexcept {
+    std::uint32_t c = crc32c_init;
+    for (const pool_range& r : ranges)
+        c = crc32c_update(c, base + r.offset, r.size);
+    return crc32c_final(c);
+}
 
 /// Validates the entry at `e` with at most `avail` readable bytes for generation `gen`, where
 /// the ring's previous entry (or base) has timestamp `prev_ts`: known format, lengths in
@@ -342,7 +433,9 @@ inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t 
         return false;
     std::size_t crc_at, length, payload_at;
     std::uint64_t ts;
-    if (e[0] == static_cast<std::uint8_t>(entry_format::baseline)) {
+    const bool covers = (e[0] & entry_covers_blocks) != 0;
+    const auto format = static_cast<std::uint8_t>(e[0] & ~entry_covers_blocks);
+    if (format == static_cast<std::uint8_t>(entry_format::baseline)) {
         if (avail < baseline_header_bytes)
             return false;
         ts = load_u64(e) >> 8;
@@ -351,10 +444,9 @@ inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t 
         length = len32;
         crc_at = 12;
         payload_at = baseline_header_bytes;
-        if (length < baseline_header_bytes || length > avail ||
-            (length - baseline_header_bytes) % 24 != 0)
+        if (length < baseline_header_bytes || length > avail)
             return false;
-    } else if (e[0] == static_cast<std::uint8_t>(entry_format::compressed)) {
+    } else if (format == static_cast<std::uint8_t>(entry_format::compressed)) {
         const std::uint8_t* end = e + avail;
         const std::uint8_t* p = e + 1;
         std::uint64_t payload, delta;
@@ -382,11 +474,23 @@ inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t 
     std::memcpy(&crc, e + crc_at, 4);
     if (entry_crc(e, length, crc_at, gen, ts) != crc)
         return false;
+    std::size_t section = 0;
+    if (covers) {
+        std::uint32_t blocks_crc;
+        section = parse_covered(e + payload_at, e + length, blocks_crc, [](pool_range) {});
+        if (section == 0)
+            return false;
+    }
+    if (format == static_cast<std::uint8_t>(entry_format::baseline) &&
+        (length - payload_at - section) % 24 != 0)
+        return false;
     out.ts = ts;
-    out.format = static_cast<entry_format>(e[0]);
+    out.format = static_cast<entry_format>(format);
     out.length = length;
-    out.payload = e + payload_at;
-    out.payload_size = length - payload_at;
+    out.covered = covers ? e + payload_at : nullptr;
+    out.covered_size = section;
+    out.payload = e + payload_at + section;
+    out.payload_size = length - payload_at - section;
     return true;
 }
 

@@ -20,8 +20,11 @@ struct recovery_report {
     std::size_t rings_scanned = 0;       ///< log rings read (one per thread slot)
     std::size_t entries_valid = 0;       ///< entries that validated (any timestamp)
     std::size_t entries_replayed = 0;    ///< entries with ts > CT, replayed in ts order
-    std::size_t records_replayed = 0;    ///< words written by the replay
-    std::size_t log_bytes_scanned = 0;   ///< bytes of valid entries read
+    /// Entries with ts > CT not replayed: a ring's last entry whose covered blocks do not hold
+    /// what they held at its commit (a crash before its fence completed), so not committed.
+    std::size_t entries_uncommitted = 0;
+    std::size_t records_replayed = 0;  ///< words written by the replay
+    std::size_t log_bytes_scanned = 0; ///< bytes of valid entries read
     std::chrono::nanoseconds duration{0};
 };
 
@@ -46,16 +49,22 @@ inline recovery_report run_recovery(pool_state& st) {
         std::uint32_t slot;
         std::size_t offset;
         entry_view entry;
+        bool last = false;     ///< the ring's last valid entry
+        bool committed = true; ///< false: refused (covered blocks do not match)
     };
     std::vector<pending> todo;
     for (auto& s : st.slots) {
         ++rep.rings_scanned;
+        std::size_t last_at = ~std::size_t{0};
         s->ring.for_each_entry([&](const entry_view& e, std::size_t off) {
             ++rep.entries_valid;
             rep.log_bytes_scanned += e.length;
+            last_at = off;
             if (e.ts > ct)
                 todo.push_back(pending{e.ts, s->index, off, e});
         });
+        if (!todo.empty() && todo.back().slot == s->index && todo.back().offset == last_at)
+            todo.back().last = true;
     }
     std::sort(todo.begin(), todo.end(),
               [](const pending& a, const pending& b) { return a.ts < b.ts; });
@@ -85,12 +94,56 @@ inline recovery_report run_recovery(pool_state& st) {
         if (!ok)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": malformed records");
+        for_each_covered(p.entry, [&](const pool_range& r) {
+            if (!st.in_heap(r.offset, r.size))
+                throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
+                                       ": a block it covers (offset " + std::to_string(r.offset) +
+                                       ", " + std::to_string(r.size) +
+                                       " bytes) lies outside the pool's heap");
+        });
+    }
+
+    // I4: an entry that covers the blocks its transaction allocated counts only if they hold
+    // what they held at its commit. Only a ring's last entry can fail that after a crash: the
+    // ring's next entry is written after this one's fence, which completed the blocks'
+    // flushes. A mismatch that a later entry explains (it writes into one of the blocks, so its
+    // transaction saw them published, after this one committed, and then wrote back in place)
+    // is not a crash; any other means the fence never completed: the transaction did not
+    // commit (its `atomic` never returned) and none of its stores is replayed.
+    const auto base = reinterpret_cast<std::uint64_t>(st.base);
+    std::vector<pool_range> ranges;
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+        pending& p = todo[i];
+        if (!p.last || !p.entry.covered)
+            continue;
+        ranges.clear();
+        std::uint32_t want =
+            for_each_covered(p.entry, [&](const pool_range& r) { ranges.push_back(r); });
+        if (covered_blocks_crc(st.base, ranges) == want)
+            continue;
+        auto inside = [&](std::uint64_t off) {
+            auto it =
+                std::upper_bound(ranges.begin(), ranges.end(), off,
+                                 [](std::uint64_t o, const pool_range& r) { return o < r.offset; });
+            return it != ranges.begin() && off - std::prev(it)->offset < std::prev(it)->size;
+        };
+        bool explained = false;
+        for (std::size_t j = i + 1; j < todo.size() && !explained; ++j)
+            decode_records(todo[j].entry, base, [&](const log_record& r) {
+                explained = explained || inside(r.offset) || inside(r.offset + 7);
+            });
+        if (!explained) {
+            p.committed = false;
+            ++rep.entries_uncommitted;
+        }
     }
 
     persist_ctx& ctx = st.admin_ctx;
     std::vector<std::uint64_t>
         lines; // flushed after all stores: a flush covers earlier stores only
     for (const pending& p : todo) {
+        if (!p.committed)
+            continue;
         decode_records(p.entry, reinterpret_cast<std::uint64_t>(st.base), [&](const log_record& r) {
             std::uint64_t* w = st.word_at(r.offset);
             std::uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
@@ -106,7 +159,9 @@ inline recovery_report run_recovery(pool_state& st) {
     for (std::uint64_t line : lines)
         st.persist.flush(ctx, st.base + line * cache_line, cache_line);
     if (!todo.empty()) {
-        // The replayed data is durable before CT says so (I2).
+        // The replayed data is durable before CT says so (I2). CT also passes the entries
+        // found uncommitted, so that they are never considered again and no new transaction
+        // takes their timestamps.
         st.persist.fence(ctx);
         st.persist.persist_word(ctx, &st.header->checkpoint_ts, todo.back().ts);
     }

@@ -349,6 +349,52 @@ inline bool flush_allocated(thread_slot& s) {
     return true;
 }
 
+/// Largest total size of the blocks a transaction allocated that its entry covers with a CRC
+/// instead of a fence of their own (F0): computing the CRC of more bytes costs more than the
+/// fence it saves.
+inline constexpr std::uint64_t cover_blocks_max_bytes = 1024;
+
+/// Chooses how the blocks the transaction allocated become durable before its entry can count
+/// (I4): fills s.covered with the blocks its entry will cover (their contents' CRC goes into
+/// the entry; recovery refuses a ring's last entry whose blocks do not match), or leaves it
+/// empty, and then the commit fences the blocks' flushes before streaming the entry (F0).
+/// Covering needs a pool of layout 3 or later, an AALO mode (a block's bytes are final once the
+/// transaction's function has returned: no record of the entry writes into them), at most
+/// cover_blocks_max_bytes, and no block that the transaction also freed (it goes back to the heap
+/// at commit and another transaction may overwrite it at once). Returns the CRC of the covered
+/// blocks.
+inline std::uint32_t choose_covered_blocks(thread_slot& s) {
+    s.covered.clear();
+    const pool_state& st = *s.pool;
+    const auto& blocks = s.alloc.allocated;
+    if (blocks.empty() || !st.aalo() || st.header->version < 3 ||
+        mutated(mutation::aalo_not_covered))
+        return 0;
+    std::uint64_t bytes = 0;
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+        if (s.alloc.claims[k].freed_in_tx)
+            return 0;
+        bytes += blocks[k].size;
+        if (bytes > cover_blocks_max_bytes)
+            return 0;
+        s.covered.push_back(pool_range{blocks[k].offset, blocks[k].size});
+    }
+    std::sort(s.covered.begin(), s.covered.end(),
+              [](const pool_range& a, const pool_range& b) { return a.offset < b.offset; });
+    // No logged word may lie in a covered block (records and blocks are both sorted).
+    const auto& recs = s.writes.entries();
+    std::size_t i = 0;
+    for (const pool_range& r : s.covered) {
+        while (i < recs.size() && recs[i].offset + 8 <= r.offset)
+            ++i;
+        if (i < recs.size() && recs[i].offset < r.offset + r.size) {
+            s.covered.clear();
+            return 0;
+        }
+    }
+    return covered_blocks_crc(st.base, s.covered);
+}
+
 /// Leaves a commit that failed after step 1 (an exception from the persistence path, or an
 /// allocation failure): no orec stays locked and no in_flight mark leaks (DESIGN §6).
 /// `committed`: F1 completed, so the entry is durable and the transaction's values are written
@@ -403,8 +449,10 @@ inline void commit(thread_slot& s) {
     }
     s.writes.sort_for_commit();
     const auto& recs = s.writes.entries();
-    std::size_t bound = s.entry.encode(
-        compresses(st) ? entry_format::compressed : entry_format::baseline, recs, st.pointers());
+    const std::uint32_t covered_crc = choose_covered_blocks(s);
+    std::size_t bound =
+        s.entry.encode(compresses(st) ? entry_format::compressed : entry_format::baseline, recs,
+                       st.pointers(), s.covered, covered_crc);
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
@@ -445,11 +493,13 @@ inline void commit(thread_slot& s) {
             st.throw_poisoned();
 
         // Step 2 (I4): the lines of the blocks the transaction allocated (AALO stores, raw
-        // stores) are durable before the entry can be. A fence of their own (F0) is needed:
-        // the entry's non-temporal stores may reach persistent memory before F1, and a complete
-        // entry validates and is replayed whether or not F1 ran, so without F0 a crash could
-        // replay a transaction whose new objects never reached persistent memory (found by the
-        // crash-image sweep, tests/persistency_test.cpp). Only allocating transactions pay it.
+        // stores) are durable before the entry counts. The entry's non-temporal stores may
+        // reach persistent memory before F1, and a complete entry validates whether or not F1
+        // ran, so without more a crash could replay a transaction whose new objects never
+        // reached persistent memory (found by the crash-image sweep, persistency_test). Either
+        // the entry covers the blocks (their CRC is in it: recovery refuses the entry if they
+        // do not match, and F1 completes their flushes with the entry), or the flushes get a
+        // fence of their own (F0) before the entry is written (choose_covered_blocks).
         touched = true;
         // Eager: the previous commit's write-back lines are flushed here, after this commit's
         // locked instructions, so that this commit's fence completes them together with the
@@ -458,8 +508,8 @@ inline void commit(thread_slot& s) {
         if (!lazy && previous_unfenced)
             for (std::uint64_t l : s.dirty_lines)
                 st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
-        if (flush_allocated(s))
-            st.persist.fence(s.pctx);
+        if (flush_allocated(s) && s.covered.empty() && !mutated(mutation::aalo_not_covered))
+            st.persist.fence(s.pctx); // F0
 
         // Step 3: the entry goes out with non-temporal stores.
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);

@@ -1,7 +1,7 @@
 // libFuzzer target: the log entry parser and the record decoders, fed arbitrary bytes, never
 // read out of bounds (the input sits in an exactly sized heap buffer, so ASan sees any
 // overread), never report a record that is not 8-aligned or has an empty mask, and whatever
-// they accept re-encodes to records that decode identically.
+// they accept re-encodes to records (and covered blocks) that decode identically.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -48,11 +48,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             for (std::size_t i = 1; i < recs.size(); ++i)
                 sorted &= recs[i - 1].offset < recs[i].offset;
             if (sorted) {
+                std::vector<pool_range> covered;
+                std::uint32_t covered_crc =
+                    for_each_covered(e, [&](const pool_range& r) { covered.push_back(r); });
                 entry_builder b;
-                b.encode(e.format, recs, pointer_range{pool_base, pool_size});
+                b.encode(e.format, recs, pointer_range{pool_base, pool_size}, covered, covered_crc);
                 auto bytes = b.seal(e.ts, prev, gen);
                 entry_view again;
                 if (!parse_entry(bytes.data(), bytes.size(), gen, prev, again))
+                    std::abort();
+                std::size_t c = 0;
+                std::uint32_t again_crc = for_each_covered(again, [&](const pool_range& r) {
+                    if (c >= covered.size() || r.offset != covered[c].offset ||
+                        r.size != covered[c].size)
+                        std::abort();
+                    ++c;
+                });
+                if (c != covered.size() || again_crc != covered_crc)
                     std::abort();
                 std::size_t k = 0;
                 decode_records(again, pool_base, [&](const log_record& r) {

@@ -712,17 +712,58 @@ private:
         struct found {
             std::uint64_t ts;
             tlptm::detail::entry_view e;
+            bool last = false;  ///< its ring's last valid entry
+            bool replay = true; ///< false: its covered blocks do not match (not committed)
         };
         std::vector<found> todo;
         for (std::uint64_t r = 0; r < layout_.max_threads; ++r) {
             tlptm::detail::log_ring ring{rings + r * layout_.ring_size, layout_.ring_size};
+            std::uint64_t last_ts = 0;
             ring.for_each_entry([&](const tlptm::detail::entry_view& e, std::size_t) {
+                last_ts = e.ts;
                 if (e.ts > pr.ct)
                     todo.push_back({e.ts, e});
             });
+            if (!todo.empty() && todo.back().ts == last_ts && last_ts > pr.ct)
+                todo.back().last = true;
         }
         std::sort(todo.begin(), todo.end(),
                   [](const found& a, const found& b) { return a.ts < b.ts; });
+        // I4 with covered blocks: a ring's last entry whose blocks, in this image, do not hold
+        // the CRC it recorded did not commit, unless a later entry writes into those blocks.
+        for (std::size_t i = 0; i < todo.size(); ++i) {
+            if (!todo[i].last || !todo[i].e.covered)
+                continue;
+            std::vector<tlptm::detail::pool_range> blocks;
+            std::uint32_t want = tlptm::detail::for_each_covered(
+                todo[i].e, [&](const tlptm::detail::pool_range& b) { blocks.push_back(b); });
+            std::uint32_t c = tlptm::detail::crc32c_init;
+            bool in_pool = true;
+            for (const auto& b : blocks) {
+                if (b.offset + b.size > layout_.size) {
+                    in_pool = false;
+                    break;
+                }
+                for (std::uint64_t at = b.offset; at < b.offset + b.size;) {
+                    std::uint64_t line = at / line_size;
+                    std::uint64_t upto = std::min(b.offset + b.size, (line + 1) * line_size);
+                    c = tlptm::detail::crc32c_update(c, line_of(g, patch, line) + at % line_size,
+                                                     upto - at);
+                    at = upto;
+                }
+            }
+            if (!in_pool || tlptm::detail::crc32c_final(c) == want)
+                continue;
+            bool explained = false;
+            for (std::size_t j = i + 1; j < todo.size(); ++j)
+                tlptm::detail::decode_records(
+                    todo[j].e, layout_.base_address, [&](const tlptm::detail::log_record& r) {
+                        for (const auto& b : blocks)
+                            explained = explained ||
+                                        (r.offset + 8 > b.offset && r.offset < b.offset + b.size);
+                    });
+            todo[i].replay = explained;
+        }
         std::uint64_t stamps = 0;
         for (std::size_t i = 0; i < todo.size(); ++i) {
             stamps = mix64(stamps ^ todo[i].ts);
@@ -736,9 +777,13 @@ private:
                                     (off >= layout_.meta_offset &&
                                      off + 8 <= layout_.meta_offset + layout_.meta_size));
         };
+        std::size_t replays = 0;
         for (const found& f : todo) {
             if (pr.refuses)
                 break;
+            if (!f.replay)
+                continue;
+            ++replays;
             bool ok = tlptm::detail::decode_records(
                 f.e, layout_.base_address, [&](const tlptm::detail::log_record& r) {
                     if (!replayable(r.offset) || r.mask == 0) {
@@ -759,8 +804,9 @@ private:
         }
         if (pr.refuses)
             replayed.clear();
-        pr.replays = pr.refuses ? 0 : todo.size();
-        pr.ct_after = pr.replays > 0 ? todo.back().ts : pr.ct;
+        pr.replays = pr.refuses ? 0 : replays;
+        // CT passes every entry found, also those not committed (never considered again).
+        pr.ct_after = !pr.refuses && !todo.empty() ? todo.back().ts : pr.ct;
 
         // The keyed lines: durable ones, patched, replayed.
         std::uint64_t h = g.durable_hash();

@@ -26,9 +26,14 @@ namespace tlptm::detail {
 
 inline constexpr char pool_magic[16] = {'T', 'L', 'P', 'T', 'M', '-', 'P', 'O',
                                         'O', 'L', 0,   0,   0,   0,   0,   0};
-/// Version of the layout this library writes. Pools with another version are refused.
-/// Version 2 added the heap summary after the superblock records.
-inline constexpr std::uint32_t layout_version = 2;
+/// Version of the layout this library writes. Version 2 added the heap summary after the
+/// superblock records; version 3 added log entries that cover the blocks their transaction
+/// allocated (format bit 0x80), which a library of layout 2 would take for torn entries. A
+/// pool of layout 2 is still opened (the layouts are otherwise the same), and its transactions
+/// write no such entries, so that it stays readable by the library that made it; other
+/// versions are refused.
+inline constexpr std::uint32_t layout_version = 3;
+inline constexpr std::uint32_t oldest_readable_layout_version = 2;
 inline constexpr std::size_t header_bytes = 4096;
 inline constexpr std::size_t superblock_bytes = std::size_t{64} << 10;
 /// Per-superblock metadata: a 64-byte descriptor and a bitmap of up to 4096 blocks (512 bytes),
@@ -254,7 +259,7 @@ inline void validate_header(const pool_header& h, std::uint64_t file_size,
                         "summary of layout 2); this library opens only layout " +
                             std::to_string(layout_version) +
                             ": recreate the pool (tlptm has no on-disk migration before 1.0)");
-    if (h.version != layout_version)
+    if (h.version != layout_version && h.version < oldest_readable_layout_version)
         fail("version", "unsupported layout version " + std::to_string(h.version));
     if (h.header_size != header_bytes)
         fail("header_size",

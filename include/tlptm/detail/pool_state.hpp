@@ -83,6 +83,8 @@ struct thread_slot {
     /// Write-set size (words) at which the entry's size is checked next (early log_overflow).
     std::size_t overflow_check_at = 0;
     std::vector<log_record> size_check_records; ///< scratch of that check
+    /// The blocks the commit's entry covers instead of a fence of their own (F0), sorted.
+    std::vector<pool_range> covered;
     alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
 
     /// Between taking a commit timestamp and the moment its write-back is durable: a lower

@@ -36,6 +36,7 @@ enum class mutation : std::uint8_t {
     none,
     volatile_ct,       ///< CT decisions read the header word instead of the durable CT (I2)
     no_commit_cleanup, ///< a commit whose persistence fails leaves locks and in_flight behind
+    aalo_not_covered,  ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
 };
 
 #if defined(TLPTM_SCHED_HOOKS)
