@@ -372,11 +372,11 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
         return 0;
     std::uint64_t bytes = 0;
     for (std::size_t k = 0; k < blocks.size(); ++k) {
-        if (s.alloc.claims[k].freed_in_tx)
-            return 0;
         bytes += blocks[k].size;
-        if (bytes > cover_blocks_max_bytes)
+        if (s.alloc.claims[k].freed_in_tx || bytes > cover_blocks_max_bytes) {
+            s.covered.clear(); // F0 for all of them: an empty set means no section
             return 0;
+        }
         s.covered.push_back(pool_range{blocks[k].offset, blocks[k].size});
     }
     std::sort(s.covered.begin(), s.covered.end(),
