@@ -4,7 +4,8 @@
 #   tlptm-shuffle --mode sweep --csv sweep.csv
 #   scripts/plot-shuffle.sh sweep.csv [output-dir]
 #
-# Writes <output-dir>/shuffle_throughput.png (map stage and whole shuffle, MB/s) and
+# Writes <output-dir>/shuffle_throughput.png (map stage and whole shuffle, MB of shuffle data per
+# CPU second of the stages' threads: the figure the shared machine's load does not change) and
 # <output-dir>/shuffle_space.png (bytes of persistent memory per byte of shuffle data), one
 # line per backend and emulated write latency found in the CSV. Needs gnuplot (gnuplot-nox).
 set -eu
@@ -18,15 +19,15 @@ mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# One data file per (backend, write latency) of the sweep rows: chunk KiB, map MB/s,
-# shuffle MB/s, space ratio. Columns are found by name in the header.
+# One data file per (backend, write latency) of the sweep rows: chunk KiB, map MB per CPU s,
+# whole shuffle MB per CPU s, space ratio. Columns are found by name in the header.
 awk -F, -v dir="$tmp" '
 NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
 $col["mode"] == "sweep" {
     name = $col["backend"] "-" $col["write_ns"] "ns"
     file = dir "/" name ".dat"
     if (!(name in seen)) { seen[name] = 1; order[++n] = name }
-    printf "%g %s %s %s\n", $col["chunk_size"] / 1024, $col["map_MBps"], $col["shuffle_MBps"], \
+    printf "%g %s %s %s\n", $col["chunk_size"] / 1024, $col["map_cpu_MBps"], $col["shuffle_cpu_MBps"], \
         $col["space_ratio"] >> file
 }
 END { for (i = 1; i <= n; i++) print order[i] > (dir "/series") }
@@ -49,7 +50,7 @@ set grid
 set key outside right
 
 set output '$out/shuffle_throughput.png'
-set ylabel 'MB of shuffle data per second'
+set ylabel 'MB of shuffle data per CPU second'
 set yrange [0:*]
 plot $throughput
 

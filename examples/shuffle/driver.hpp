@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -63,9 +64,16 @@ struct job_options {
     std::string dir = "/dev/shm"; ///< where pools and shuffle directories go
     std::string tag = "run";      ///< distinguishes the files of concurrent runs
     bool progress = false;
-    /// Map the pool's pages before the run (as PMDK's prefault option does), so that the map
-    /// stage does not take a page fault per 4 KiB of chunks.
+    /// Map the pool's pages when it is created (pool_options::prefault, as PMDK's prefault
+    /// option does), so that the map stage does not take a page fault per 4 KiB of chunks. An
+    /// application's choice: the pool stands for persistent memory set aside for the shuffle
+    /// service before the job (its CPU time is reported as the setup, not in the stages).
     bool prefault = false;
+    /// Populate each new chunk's pages with one madvise in the map stage (private buffers,
+    /// one transaction per map task), instead of a page fault per 4 KiB.
+    bool populate = true;
+    bool task_transaction = true; ///< false: one transaction per chunk, staged records
+    bool read_in_place = true;    ///< false: reducers copy the records out of the pool first
 
     std::string pool_path() const {
         return dir + "/tlptm-shuffle-" + std::to_string(::getpid()) + "-" + tag + ".pool";
@@ -80,6 +88,9 @@ struct job_options {
         s.layout = backend == backend_kind::tlptm_shared ? buffer_layout::shared_buffers
                                                          : buffer_layout::private_buffers;
         s.lazy = lazy;
+        s.task_transaction = task_transaction;
+        s.read_in_place = read_in_place;
+        s.populate_chunks = populate && !prefault; // prefaulted pages are mapped already
         return s;
     }
 
@@ -114,6 +125,9 @@ struct job_result {
     /// CPU time of the stages' threads, and of the reducers' reading of their data (the
     /// shuffle read; sorting / aggregating is the rest of reduce_cpu_s).
     double map_cpu_s = 0, reduce_cpu_s = 0, fetch_cpu_s = 0;
+    /// Creating the pool or the directory before the map stage (CPU time, wall time): with
+    /// prefault, the whole pool's pages are mapped here.
+    double setup_cpu_s = 0, setup_s = 0;
     std::uint64_t shuffle_bytes = 0, shuffle_records = 0;
     std::uint64_t space_bytes = 0;      ///< pool: bytes of blocks; files: allocated file blocks
     std::uint64_t table_bytes = 0;      ///< pool: the mapping table's block (in space_bytes)
@@ -226,7 +240,7 @@ void reduce_stage(const job_options& o, const Store& store, const std::vector<ma
         all_of(w.partitions), o.threads,
         [&](std::uint32_t p) {
             double f0 = thread_cpu_s();
-            std::vector<std::uint8_t> data;
+            partition_data data;
             store.read_partition(p, data);
             fetch[p] = thread_cpu_s() - f0;
             results[p] = reduce_partition(w, p, data);
@@ -331,7 +345,10 @@ inline job_result run_job(const job_options& o) {
         std::filesystem::remove(path);
         job_result r;
         {
+            auto t0 = std::chrono::steady_clock::now();
+            double c0 = detail::thread_cpu_s();
             tlptm::pool pool = tlptm::pool::create(path, o.pool()); // prefaults if asked
+            double setup_cpu = detail::thread_cpu_s() - c0, setup = detail::since(t0);
             pool.root<shuffle_root>();
             tlptm::stats before = pool.stats();
             nv_store store(pool, 0, o.w, o.store());
@@ -339,6 +356,8 @@ inline job_result run_job(const job_options& o) {
             r = run_tlptm(o, pool, store, before.heap.bytes_in_use,
                           before.heap.bytes_in_superblocks);
             r.table_bytes = table;
+            r.setup_cpu_s = setup_cpu;
+            r.setup_s = setup;
         }
         std::filesystem::remove(path);
         return r;
@@ -353,13 +372,11 @@ inline job_result run_job(const job_options& o) {
         auto t0 = std::chrono::steady_clock::now();
         r.map_cpu_s =
             detail::parallel_for(detail::all_of(o.w.maps), o.threads, [&](std::uint32_t m) {
-                std::uint64_t sink = 0;
-                maps[m] =
-                    run_map(o.w, m, [&](std::uint32_t p, const std::uint8_t* rec, std::size_t n) {
-                        sink += p + rec[n - 1];
-                    });
-                if (sink == 42)
-                    maps[m].records += 0; // keeps the emit from being optimised away
+                // Each record is generated into one scratch record (its content hash keeps the
+                // generation from being optimised away).
+                std::vector<std::uint8_t> scratch(max_record_bytes(o.w));
+                maps[m] = run_map_into(o.w, m,
+                                       [&](std::uint32_t, std::size_t) { return scratch.data(); });
             });
         r.map_s = detail::since(t0);
         for (const map_summary& s : maps) {
@@ -370,7 +387,9 @@ inline job_result run_job(const job_options& o) {
     }
     std::string dir = o.file_dir();
     std::filesystem::remove_all(dir);
-    auto run = [&](auto& store) {
+    auto run = [&](auto& store, double setup_cpu, double setup) {
+        r.setup_cpu_s = setup_cpu;
+        r.setup_s = setup;
         std::atomic<std::uint64_t> files{0};
         auto t0 = std::chrono::steady_clock::now();
         r.map_cpu_s = detail::parallel_for(
@@ -385,12 +404,14 @@ inline job_result run_job(const job_options& o) {
             maps[m] = store.summary(m);
         detail::reduce_stage(o, store, maps, r);
     };
+    auto t0 = std::chrono::steady_clock::now();
+    double c0 = detail::thread_cpu_s();
     if (o.backend == backend_kind::file_hash) {
         hash_file_store store(dir, o.w);
-        run(store);
+        run(store, detail::thread_cpu_s() - c0, detail::since(t0));
     } else {
         sort_file_store store(dir, o.w);
-        run(store);
+        run(store, detail::thread_cpu_s() - c0, detail::since(t0));
     }
     std::filesystem::remove_all(dir);
     return r;
@@ -460,21 +481,35 @@ inline crash_trial crash_and_restart(const job_options& o, const crash_reference
         pool.root<shuffle_root>();
     }
     std::fflush(nullptr);
+    int ready[2];
+    if (::pipe(ready) != 0)
+        throw std::runtime_error("pipe failed");
     pid_t child = ::fork();
     if (child < 0)
         throw std::runtime_error("fork failed");
     if (child == 0) {
+        ::close(ready[0]);
         int code = 0;
         try {
             tlptm::pool pool = tlptm::pool::open(path, o.pool());
             nv_store store(pool, 0, o.w, o.store());
             std::vector<std::uint32_t> todo = detail::all_of(o.w.maps);
+            char go = 1; // the map stage starts now: the kill time counts from here
+            if (::write(ready[1], &go, 1) != 1)
+                code = 4;
             detail::parallel_for(todo, o.threads, [&](std::uint32_t m) { run_map_task(store, m); });
         } catch (...) {
             code = 3;
         }
         ::_exit(code);
     }
+    ::close(ready[1]);
+    char go = 0;
+    ssize_t got;
+    do
+        got = ::read(ready[0], &go, 1); // 0: the child died before its map stage
+    while (got < 0 && errno == EINTR);
+    ::close(ready[0]);
     std::this_thread::sleep_for(std::chrono::duration<double>(kill_after_s));
     ::kill(child, SIGKILL);
     int status = 0;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -153,30 +154,32 @@ public:
         return ::access((dir_ + "/" + marker(m)).c_str(), F_OK) == 0;
     }
 
-    /// Runs map task m; returns the files it created.
+    /// Runs map task m; returns the files it created. Records are generated straight into the
+    /// partition's buffer.
     std::uint64_t run_map_task(std::uint32_t m) {
         std::vector<int> fds(w_.partitions, -1);
-        std::vector<std::vector<std::uint8_t>> buf(w_.partitions);
+        std::vector<std::unique_ptr<std::uint8_t[]>> buf(w_.partitions);
+        std::vector<std::size_t> fill(w_.partitions, 0);
         std::uint64_t files = 0;
         auto drain = [&](std::uint32_t p) {
             if (fds[p] < 0) {
                 fds[p] = posix::open_file(file(m, p), O_WRONLY | O_CREAT | O_TRUNC);
                 ++files;
             }
-            posix::write_all(fds[p], buf[p].data(), buf[p].size(), file(m, p));
-            buf[p].clear();
+            posix::write_all(fds[p], buf[p].get(), fill[p], file(m, p));
+            fill[p] = 0;
         };
-        map_summary s =
-            run_map(w_, m, [&](std::uint32_t p, const std::uint8_t* rec, std::size_t n) {
-                std::vector<std::uint8_t>& b = buf[p];
-                if (b.capacity() == 0)
-                    b.reserve(buffer_bytes);
-                if (b.size() + n > buffer_bytes)
-                    drain(p);
-                b.insert(b.end(), rec, rec + n);
-            });
+        map_summary s = run_map_into(w_, m, [&](std::uint32_t p, std::size_t n) {
+            if (!buf[p])
+                buf[p] = std::make_unique_for_overwrite<std::uint8_t[]>(buffer_bytes);
+            if (fill[p] + n > buffer_bytes)
+                drain(p);
+            std::uint8_t* at = buf[p].get() + fill[p];
+            fill[p] += n;
+            return at;
+        });
         for (std::uint32_t p = 0; p < w_.partitions; ++p) {
-            if (!buf[p].empty())
+            if (fill[p] > 0)
                 drain(p);
             if (fds[p] >= 0) {
                 posix::sync_file(fds[p], file(m, p));
@@ -188,10 +191,40 @@ public:
         return files;
     }
 
-    void read_partition(std::uint32_t p, std::vector<std::uint8_t>& out) const {
-        for (std::uint32_t m = 0; m < w_.maps; ++m)
-            if (complete(m))
-                posix::read_file(file(m, p), out);
+    /// Reads partition p of every complete map task into one buffer (sized first from the
+    /// files' lengths, so it is written once).
+    void read_partition(std::uint32_t p, partition_data& out) const {
+        struct open_file {
+            int fd;
+            std::uint64_t size;
+            std::string path;
+        };
+        std::vector<open_file> files;
+        std::uint64_t total = 0;
+        for (std::uint32_t m = 0; m < w_.maps; ++m) {
+            if (!complete(m))
+                continue;
+            std::string path = file(m, p);
+            int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                if (errno == ENOENT)
+                    continue; // the map task had no record for this partition
+                posix::fail("cannot open", path);
+            }
+            struct stat sb {};
+            ::fstat(fd, &sb);
+            files.push_back({fd, static_cast<std::uint64_t>(sb.st_size), std::move(path)});
+            total += static_cast<std::uint64_t>(sb.st_size);
+        }
+        std::uint8_t* buf = total ? out.storage(total) : nullptr;
+        std::uint64_t at = 0;
+        for (open_file& f : files) {
+            posix::read_all_at(f.fd, buf + at, f.size, 0, f.path);
+            ::close(f.fd);
+            at += f.size;
+        }
+        if (total)
+            out.pieces.emplace_back(buf, total);
     }
 
     map_summary summary(std::uint32_t m) const {
@@ -240,36 +273,50 @@ public:
         return ::access((dir_ + "/" + index_name(m)).c_str(), F_OK) == 0;
     }
 
-    /// Runs map task m; returns the files it created (2).
+    /// Runs map task m; returns the files it created (2). Records are generated straight into
+    /// the task's in-memory output.
     std::uint64_t run_map_task(std::uint32_t m) {
-        std::vector<std::uint8_t> records;
         struct where {
             std::uint32_t partition, length;
             std::uint64_t offset;
         };
         std::vector<where> index;
-        map_summary s =
-            run_map(w_, m, [&](std::uint32_t p, const std::uint8_t* rec, std::size_t n) {
-                index.push_back({p, static_cast<std::uint32_t>(n), records.size()});
-                records.insert(records.end(), rec, rec + n);
-            });
+        std::size_t cap = w_.kind == workload_kind::terasort
+                              ? static_cast<std::size_t>(w_.records_of(m) * w_.record_size)
+                              : std::size_t{1} << 20;
+        cap = std::max<std::size_t>(cap, 64);
+        auto records = std::make_unique_for_overwrite<std::uint8_t[]>(cap);
+        std::size_t size = 0;
+        map_summary s = run_map_into(w_, m, [&](std::uint32_t p, std::size_t n) {
+            if (size + n > cap) { // wordcount: grow
+                std::size_t bigger = std::max(cap * 2, size + n);
+                auto more = std::make_unique_for_overwrite<std::uint8_t[]>(bigger);
+                std::memcpy(more.get(), records.get(), size);
+                records = std::move(more);
+                cap = bigger;
+            }
+            index.push_back({p, static_cast<std::uint32_t>(n), size});
+            std::uint8_t* at = records.get() + size;
+            size += n;
+            return at;
+        });
         // Order by partition (stable counting sort), then one sequential data file.
         std::vector<std::uint64_t> offsets(w_.partitions + 1, 0);
         for (const where& x : index)
             offsets[x.partition + 1] += x.length;
         for (std::uint32_t p = 0; p < w_.partitions; ++p)
             offsets[p + 1] += offsets[p];
-        std::vector<std::uint8_t> sorted(records.size());
+        auto sorted =
+            std::make_unique_for_overwrite<std::uint8_t[]>(std::max<std::size_t>(size, 1));
         std::vector<std::uint64_t> fill(offsets.begin(), offsets.end() - 1);
         for (const where& x : index) {
-            std::memcpy(sorted.data() + fill[x.partition], records.data() + x.offset, x.length);
+            std::memcpy(sorted.get() + fill[x.partition], records.get() + x.offset, x.length);
             fill[x.partition] += x.length;
         }
         int fd = posix::open_file(data_file(m), O_WRONLY | O_CREAT | O_TRUNC);
         constexpr std::size_t piece = 1 << 20;
-        for (std::size_t at = 0; at < sorted.size(); at += piece)
-            posix::write_all(fd, sorted.data() + at, std::min(piece, sorted.size() - at),
-                             data_file(m));
+        for (std::size_t at = 0; at < size; at += piece)
+            posix::write_all(fd, sorted.get() + at, std::min(piece, size - at), data_file(m));
         posix::sync_file(fd, data_file(m));
         ::close(fd);
         std::vector<std::uint8_t> idx(offsets.size() * 8);
@@ -280,8 +327,16 @@ public:
         return 2;
     }
 
-    void read_partition(std::uint32_t p, std::vector<std::uint8_t>& out) const {
+    /// Reads partition p's segment of every complete map task's data file into one buffer
+    /// (sized first from the index files).
+    void read_partition(std::uint32_t p, partition_data& out) const {
         std::vector<std::uint8_t> idx;
+        struct segment {
+            std::uint32_t m;
+            std::uint64_t from, bytes;
+        };
+        std::vector<segment> segs;
+        std::uint64_t total = 0;
         for (std::uint32_t m = 0; m < w_.maps; ++m) {
             idx.clear();
             if (!posix::read_file(dir_ + "/" + index_name(m), idx))
@@ -289,14 +344,21 @@ public:
             std::uint64_t from, to;
             std::memcpy(&from, idx.data() + 8 * p, 8);
             std::memcpy(&to, idx.data() + 8 * (p + 1), 8);
-            if (to == from)
-                continue;
-            int fd = posix::open_file(data_file(m), O_RDONLY);
-            std::size_t at = out.size();
-            out.resize(at + (to - from));
-            posix::read_all_at(fd, out.data() + at, to - from, from, data_file(m));
-            ::close(fd);
+            if (to > from) {
+                segs.push_back({m, from, to - from});
+                total += to - from;
+            }
         }
+        std::uint8_t* buf = total ? out.storage(total) : nullptr;
+        std::uint64_t at = 0;
+        for (const segment& g : segs) {
+            int fd = posix::open_file(data_file(g.m), O_RDONLY);
+            posix::read_all_at(fd, buf + at, g.bytes, g.from, data_file(g.m));
+            ::close(fd);
+            at += g.bytes;
+        }
+        if (total)
+            out.pieces.emplace_back(buf, total);
     }
 
     map_summary summary(std::uint32_t m) const {

@@ -39,13 +39,19 @@ Job:
   --seed N              (1)
 Store:
   --backend B           tlptm-private|tlptm-shared|file-hash|file-sort|generate-only|all (all)
-  --chunk BYTES         chunk size incl. its 16-byte header (8k)
+  --chunk BYTES         chunk size incl. its 16-byte header (64k; wordcount, skew mode 8k)
   --eager               allocate one chunk per (map, partition) up front
-  --prefault            populate the pool's page tables before the run (MADV_POPULATE_WRITE)
+  --no-prefault         do not map the whole pool's pages when it is created (by default the
+                        shuffle's pools are prefaulted: MADV_POPULATE_WRITE, setup time)
+  --no-populate         without prefault: no madvise(MADV_POPULATE_WRITE) per new chunk
+  --chunk-tx            private buffers: one transaction per chunk (records staged in DRAM)
+                        instead of one transaction per map task
+  --copy-read           tlptm reducers copy the records out of the pool before sorting
   --write-ns N[,N...]   emulated persistent-memory write latency per line (0)
   --dir PATH            pools and shuffle files (/dev/shm)
 Output:
-  --repeat N            run each configuration N times, keep the fastest (1)
+  --repeat N            run each configuration N times, keep the run of least CPU time (1);
+                        compare mode: N rounds over all configurations (interleaved)
   --kills N             crash mode: kills (30)
   --csv FILE  --json FILE  --progress  --quiet
 )";
@@ -89,6 +95,7 @@ struct cli {
     std::vector<backend_kind> backends;
     std::vector<std::uint32_t> write_ns{0};
     bool zipf_set = false;
+    bool prefault_set = false;
     unsigned kills = 30;
     unsigned repeat = 1;
     std::string csv, json;
@@ -97,6 +104,8 @@ struct cli {
 
 cli parse(int argc, char** argv) {
     cli c;
+    c.job.prefault = true; // the shuffle's pools are prefaulted (docs/shuffle.md)
+    bool chunk_set = false;
     std::string backend = "all";
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -141,8 +150,19 @@ cli parse(int argc, char** argv) {
             backend = value();
         } else if (a == "--chunk") {
             c.job.chunk_size = parse_size(value());
+            chunk_set = true;
         } else if (a == "--prefault") {
             c.job.prefault = true;
+            c.prefault_set = true;
+        } else if (a == "--no-prefault") {
+            c.job.prefault = false;
+            c.prefault_set = true;
+        } else if (a == "--no-populate") {
+            c.job.populate = false;
+        } else if (a == "--chunk-tx") {
+            c.job.task_transaction = false;
+        } else if (a == "--copy-read") {
+            c.job.read_in_place = false;
         } else if (a == "--eager") {
             c.job.lazy = false;
         } else if (a == "--write-ns") {
@@ -167,6 +187,12 @@ cli parse(int argc, char** argv) {
     }
     if (!c.zipf_set && c.job.w.kind == workload_kind::wordcount)
         c.job.w.zipf = 0.99;
+    // TeraSort: 64 KiB chunks, one allocator superblock each (docs/shuffle.md, the sweep).
+    // WordCount's small shuffle and the skew mode's fine partitioning (thousands of (map,
+    // partition) pairs of a few KiB) keep the paper's 8 KiB.
+    if (!chunk_set)
+        c.job.chunk_size =
+            c.mode == "skew" || c.job.w.kind == workload_kind::wordcount ? 8192 : 65536;
     for (backend_kind b :
          {backend_kind::tlptm_private, backend_kind::tlptm_shared, backend_kind::file_hash,
           backend_kind::file_sort, backend_kind::generate_only})
@@ -219,47 +245,90 @@ void print_row(const row& x) {
     std::fflush(stdout);
 }
 
-/// The compare mode's table, in MB of shuffle data per CPU second of the stage's threads (the
-/// machine is shared: wall time measures the others' load as much as this program). Beside
-/// the stages, the shuffle's own share of each: the map stage less the generate-only run
-/// (record generation and partitioning), and the reducers' fetch of their data (the sort or
-/// aggregation after it is the same for every backend).
+/// The compare mode's tables: MB of shuffle data per CPU second of the stage's threads (the
+/// machine is shared: wall time measures the others' load as much as this program), then per
+/// wall-clock second. Beside the stages, the shuffle's own share of each: the map stage less the
+/// generate-only run (record generation and partitioning), and the reducers' fetch of their
+/// data (the sort or aggregation after it is the same for every backend). x: against the best
+/// file-based shuffle of the same column. Setup: creating the pool (with prefault, mapping its
+/// pages) or the directory, before the map stage; "whole+setup" adds it to the stages.
 void print_summary(const std::vector<row>& rows) {
-    double gen_cpu = 0;
+    double gen_cpu = 0, gen_wall = 0;
     for (const row& x : rows)
-        if (x.job.backend == backend_kind::generate_only)
+        if (x.job.backend == backend_kind::generate_only) {
             gen_cpu = x.r.map_cpu_s;
-    auto per_cpu = [](const job_result& r, double s) {
+            gen_wall = x.r.map_s;
+        }
+    auto per = [](const job_result& r, double s) {
         return s > 0 ? static_cast<double>(r.shuffle_bytes) / s / 1e6 : 0.0;
     };
-    auto write_mbps = [&](const job_result& r) { return per_cpu(r, r.map_cpu_s - gen_cpu); };
-    auto read_mbps = [&](const job_result& r) { return per_cpu(r, r.fetch_cpu_s); };
-    double best_all = 0, best_map = 0, best_write = 0, best_read = 0;
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    auto is_file = [](const row& x) {
+        return x.job.backend == backend_kind::file_hash || x.job.backend == backend_kind::file_sort;
+    };
+    // CPU time.
+    auto write_cpu = [&](const job_result& r) { return per(r, r.map_cpu_s - gen_cpu); };
+    auto read_cpu = [&](const job_result& r) { return per(r, r.fetch_cpu_s); };
+    auto setup_cpu = [&](const job_result& r) {
+        return per(r, r.map_cpu_s + r.reduce_cpu_s + r.setup_cpu_s);
+    };
+    double b_all = 0, b_map = 0, b_red = 0, b_write = 0, b_read = 0, b_setup = 0;
     for (const row& x : rows)
-        if (x.job.backend == backend_kind::file_hash || x.job.backend == backend_kind::file_sort) {
-            best_all = std::max(best_all, x.r.shuffle_cpu_mbps());
-            best_map = std::max(best_map, x.r.map_cpu_mbps());
-            best_write = std::max(best_write, write_mbps(x.r));
-            best_read = std::max(best_read, read_mbps(x.r));
+        if (is_file(x)) {
+            b_all = std::max(b_all, x.r.shuffle_cpu_mbps());
+            b_map = std::max(b_map, x.r.map_cpu_mbps());
+            b_red = std::max(b_red, x.r.reduce_cpu_mbps());
+            b_write = std::max(b_write, write_cpu(x.r));
+            b_read = std::max(b_read, read_cpu(x.r));
+            b_setup = std::max(b_setup, setup_cpu(x.r));
         }
     std::printf("\nMB per CPU second (generation alone: %.3f CPU s; x = against the best "
                 "file-based shuffle)\n",
                 gen_cpu);
-    std::printf("%-14s %6s | %8s %6s %8s %8s %6s | %9s %6s | %9s %6s | %7s %7s\n", "backend",
-                "wr_ns", "map", "x", "reduce", "whole", "x", "write", "x", "read", "x", "space/B",
-                "alloc/M");
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    std::printf("%-14s %6s | %6s %6s | %6s %6s | %6s %6s | %6s %6s | %7s %6s | %7s %6s | %8s %6s | "
+                "%7s %7s\n",
+                "backend", "wr_ns", "map", "x", "reduce", "x", "whole", "x", "write", "x", "read",
+                "x", "setup s", "", "+setup", "x", "space/B", "alloc/M");
     for (const row& x : rows) {
         if (x.job.backend == backend_kind::generate_only)
             continue;
         const job_result& r = x.r;
-        std::printf("%-14s %6u | %8.0f %5.2fx %8.0f %8.0f %5.2fx | %9.0f %5.2fx | %9.0f %5.2fx | "
-                    "%7.3f %7.1f\n",
-                    r.backend.c_str(), r.write_ns, r.map_cpu_mbps(),
-                    ratio(r.map_cpu_mbps(), best_map), r.reduce_cpu_mbps(), r.shuffle_cpu_mbps(),
-                    ratio(r.shuffle_cpu_mbps(), best_all), write_mbps(r),
-                    ratio(write_mbps(r), best_write), read_mbps(r), ratio(read_mbps(r), best_read),
-                    r.space_ratio(), static_cast<double>(r.allocations) / x.job.w.maps);
+        std::printf("%-14s %6u | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %7.0f "
+                    "%5.1fx | %7.3f %6s | %8.0f %5.2fx | %7.3f %7.1f\n",
+                    r.backend.c_str(), r.write_ns, r.map_cpu_mbps(), ratio(r.map_cpu_mbps(), b_map),
+                    r.reduce_cpu_mbps(), ratio(r.reduce_cpu_mbps(), b_red), r.shuffle_cpu_mbps(),
+                    ratio(r.shuffle_cpu_mbps(), b_all), write_cpu(r), ratio(write_cpu(r), b_write),
+                    read_cpu(r), ratio(read_cpu(r), b_read), r.setup_cpu_s, "", setup_cpu(r),
+                    ratio(setup_cpu(r), b_setup), r.space_ratio(),
+                    static_cast<double>(r.allocations) / x.job.w.maps);
+    }
+    // Wall-clock time.
+    auto write_wall = [&](const job_result& r) { return per(r, r.map_s - gen_wall); };
+    auto setup_wall = [&](const job_result& r) { return per(r, r.map_s + r.reduce_s + r.setup_s); };
+    double w_all = 0, w_map = 0, w_red = 0, w_write = 0, w_setup = 0;
+    for (const row& x : rows)
+        if (is_file(x)) {
+            w_all = std::max(w_all, x.r.shuffle_mbps());
+            w_map = std::max(w_map, x.r.map_mbps());
+            w_red = std::max(w_red, x.r.reduce_mbps());
+            w_write = std::max(w_write, write_wall(x.r));
+            w_setup = std::max(w_setup, setup_wall(x.r));
+        }
+    std::printf("\nMB per wall-clock second (generation alone: %.3f s)\n", gen_wall);
+    std::printf("%-14s %6s | %6s %6s | %6s %6s | %6s %6s | %6s %6s | %7s | %8s %6s\n", "backend",
+                "wr_ns", "map", "x", "reduce", "x", "whole", "x", "write", "x", "setup s", "+setup",
+                "x");
+    for (const row& x : rows) {
+        if (x.job.backend == backend_kind::generate_only)
+            continue;
+        const job_result& r = x.r;
+        std::printf(
+            "%-14s %6u | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %7.3f | "
+            "%8.0f %5.2fx\n",
+            r.backend.c_str(), r.write_ns, r.map_mbps(), ratio(r.map_mbps(), w_map),
+            r.reduce_mbps(), ratio(r.reduce_mbps(), w_red), r.shuffle_mbps(),
+            ratio(r.shuffle_mbps(), w_all), write_wall(r), ratio(write_wall(r), w_write), r.setup_s,
+            setup_wall(r), ratio(setup_wall(r), w_setup));
     }
 }
 
@@ -267,7 +336,8 @@ void write_csv(const std::string& path, const std::vector<row>& rows) {
     std::ofstream f(path);
     f << "mode,workload,backend,write_ns,chunk_size,lazy,maps,partitions,threads,zipf,"
          "input_bytes,shuffle_bytes,shuffle_records,map_s,reduce_s,map_cpu_s,reduce_cpu_s,"
-         "fetch_cpu_s,map_MBps,reduce_MBps,shuffle_MBps,map_cpu_MBps,reduce_cpu_MBps,"
+         "fetch_cpu_s,setup_s,setup_cpu_s,map_MBps,reduce_MBps,shuffle_MBps,map_cpu_MBps,reduce_"
+         "cpu_MBps,"
          "shuffle_cpu_MBps,space_bytes,space_ratio,superblock_bytes,allocations,allocations_per_"
          "map,"
          "empty_chunks,transactions,aborts,log_bytes,flushed_lines,fences,checksum,valid\n";
@@ -280,10 +350,10 @@ void write_csv(const std::string& path, const std::vector<row>& rows) {
           << x.job.w.partitions << ',' << x.job.threads << ',' << x.job.w.zipf << ','
           << x.job.w.input_bytes << ',' << r.shuffle_bytes << ',' << r.shuffle_records << ','
           << r.map_s << ',' << r.reduce_s << ',' << r.map_cpu_s << ',' << r.reduce_cpu_s << ','
-          << r.fetch_cpu_s << ',' << r.map_mbps() << ',' << r.reduce_mbps() << ','
-          << r.shuffle_mbps() << ',' << r.map_cpu_mbps() << ',' << r.reduce_cpu_mbps() << ','
-          << r.shuffle_cpu_mbps() << ',' << r.space_bytes << ',' << r.space_ratio() << ','
-          << r.superblock_bytes << ',' << r.allocations << ','
+          << r.fetch_cpu_s << ',' << r.setup_s << ',' << r.setup_cpu_s << ',' << r.map_mbps() << ','
+          << r.reduce_mbps() << ',' << r.shuffle_mbps() << ',' << r.map_cpu_mbps() << ','
+          << r.reduce_cpu_mbps() << ',' << r.shuffle_cpu_mbps() << ',' << r.space_bytes << ','
+          << r.space_ratio() << ',' << r.superblock_bytes << ',' << r.allocations << ','
           << static_cast<double>(r.allocations) / x.job.w.maps << ',' << r.empty_chunks << ','
           << r.transactions << ',' << r.aborts << ',' << r.log_bytes << ',' << r.flushed_lines
           << ',' << r.fences << ',' << sum << ',' << (r.error.empty() ? 1 : 0) << '\n';
@@ -307,6 +377,7 @@ void write_json(const std::string& path, const std::vector<row>& rows) {
           << ", \"shuffle_bytes\": " << r.shuffle_bytes << ", \"map_s\": " << r.map_s
           << ", \"reduce_s\": " << r.reduce_s << ", \"map_cpu_s\": " << r.map_cpu_s
           << ", \"reduce_cpu_s\": " << r.reduce_cpu_s << ", \"fetch_cpu_s\": " << r.fetch_cpu_s
+          << ", \"setup_s\": " << r.setup_s << ", \"setup_cpu_s\": " << r.setup_cpu_s
           << ", \"map_MBps\": " << r.map_mbps() << ", \"reduce_MBps\": " << r.reduce_mbps()
           << ", \"shuffle_MBps\": " << r.shuffle_mbps() << ", \"space_bytes\": " << r.space_bytes
           << ", \"space_ratio\": " << r.space_ratio() << ", \"allocations\": " << r.allocations
@@ -323,6 +394,9 @@ int run_crash_mode(const cli& c) {
     o.backend = backend_kind::tlptm_private;
     o.write_ns = c.write_ns.front();
     o.tag = "crash";
+    // No prefault unless asked: a restart's open then measures recovery, not page mapping.
+    if (!c.prefault_set)
+        o.prefault = false;
     crash_reference ref = reference_run(o);
     std::printf("crash test: %s, %s input, M=%u R=%u, chunk %s; crash-free map stage %.3f s, "
                 "checksum %016llx\n",
@@ -402,17 +476,64 @@ int main(int argc, char** argv) {
                         : ", wordcount");
         if (!c.quiet)
             print_header();
+        if (c.mode == "compare") {
+            // --repeat N runs every configuration once per round, N rounds, and keeps each
+            // configuration's run of least CPU time: the machine is shared, and interleaving
+            // spreads the other load's bursts over all backends. Every run is checked.
+            std::vector<job_options> configs;
+            for (std::uint32_t ns : c.write_ns)
+                for (backend_kind b : c.backends) {
+                    if (ns != c.write_ns.front() && !is_tlptm(b))
+                        continue; // files do not see the emulated latency
+                    job_options o = c.job;
+                    o.write_ns = ns;
+                    o.backend = b;
+                    o.tag = to_string(b);
+                    configs.push_back(o);
+                }
+            std::vector<double> round_ratio; // tlptm-private's whole / the best file's, per round
+            for (unsigned k = 0; k < c.repeat; ++k) {
+                double mine = 0, best_file = 0;
+                for (std::size_t i = 0; i < configs.size(); ++i) {
+                    job_result r = run_job(configs[i]);
+                    if (configs[i].write_ns == c.write_ns.front()) {
+                        if (configs[i].backend == backend_kind::tlptm_private)
+                            mine = r.shuffle_cpu_mbps();
+                        else if (!is_tlptm(configs[i].backend) &&
+                                 configs[i].backend != backend_kind::generate_only)
+                            best_file = std::max(best_file, r.shuffle_cpu_mbps());
+                    }
+                    if (k == 0) {
+                        rows.push_back(row{c.mode, configs[i], r});
+                    } else if (rows[i].r.error.empty() &&
+                               (!r.error.empty() ||
+                                r.map_cpu_s + r.reduce_cpu_s <
+                                    rows[i].r.map_cpu_s + rows[i].r.reduce_cpu_s)) {
+                        rows[i].r = r;
+                    }
+                }
+                if (mine > 0 && best_file > 0)
+                    round_ratio.push_back(mine / best_file);
+            }
+            for (const row& x : rows) {
+                if (!c.quiet)
+                    print_row(x);
+                failed |= !x.r.error.empty();
+            }
+            if (round_ratio.size() > 1) {
+                std::vector<double> sorted = round_ratio;
+                std::sort(sorted.begin(), sorted.end());
+                std::printf("whole shuffle, MB per CPU s, tlptm-private / best file shuffle, per "
+                            "round:");
+                for (double x : round_ratio)
+                    std::printf(" %.2f", x);
+                std::printf("; median %.2f\n", sorted[sorted.size() / 2]);
+            }
+        }
         for (std::uint32_t ns : c.write_ns) {
             job_options o = c.job;
             o.write_ns = ns;
             if (c.mode == "compare") {
-                for (backend_kind b : c.backends) {
-                    if (ns != c.write_ns.front() && !is_tlptm(b))
-                        continue; // files do not see the emulated latency
-                    o.backend = b;
-                    o.tag = to_string(b);
-                    run(c.mode, o);
-                }
             } else if (c.mode == "sweep") {
                 for (backend_kind b : c.backends) {
                     if (!is_tlptm(b))

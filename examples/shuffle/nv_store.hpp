@@ -14,21 +14,32 @@
 // their data through it, and after a crash recovery frees, through it, every chunk of a map
 // task that did not complete.
 //
-// Map side. A map task stages each partition's records in volatile memory. A full staging
-// buffer is published by one transaction that allocates a chunk (tx.alloc), copies the bytes
-// into it with tx.write and links it at the tail of the list: the chunk is memory the
-// transaction allocated, so its bytes are written in place and flushed before the commit
-// (AALO), never logged; only the allocator's bitmap byte and the four link words are logged.
-// The map task ends with one transaction that publishes every partly filled staging buffer the
-// same way and sets its complete flag: before that transaction, none of its output counts;
-// after it, all of it does.
+// Map side, private buffers with lazy allocation (the default): a map task is ONE transaction
+// (write_task). Its records are generated straight into chunks the transaction allocates
+// (tx.alloc, then plain stores: the library flushes every line of every block a transaction
+// allocated before the commit makes its log entry durable, and logs none of those bytes); a
+// chunk holds whole records; at the end the transaction links nothing but the lists' head,
+// tail and counters and sets the task's complete flag: the log entry holds those words and the
+// allocator's metadata words. Before the commit none of the task's output exists in a crash
+// image (its chunks are not even allocated); after it, all of it does: a crashed task leaves
+// nothing to discard. One map task commits at a time (nv_store::commit_gate).
 //
-// Private buffers (the paper's choice): a map task writes only its own lists and map entry,
-// so map tasks never conflict and an incomplete task's chunks can be freed without touching
-// anyone else's. Shared buffers: one list per partition that every map task appends to; an
-// append first fills the free space of the partition's tail chunk (a chunk another transaction
-// allocated, so those bytes are logged) and the STM serialises concurrent appends. A crashed
-// map task's records are then mixed with the others': shared buffers cannot be resumed.
+// Otherwise (shared buffers, eager allocation, or task_transaction off) a map task stages each
+// partition's records in volatile memory and publishes a batch of whole records, at most a
+// chunk's worth, with one transaction that allocates a chunk, copies the bytes in with tx.write
+// (AALO: written in place, flushed before the commit, not logged) and links it at the tail of
+// the list. The task ends with one transaction that publishes the partly filled batches and
+// sets its complete flag; a crash before it leaves published chunks that discard_incomplete()
+// frees.
+//
+// Every chunk holds whole records, so the reducers read the records in place in the pool.
+//
+// Private buffers (the paper's choice): a map task writes only its own lists and map entry
+// (and allocator metadata), so map tasks hardly conflict and an incomplete task's chunks can be
+// freed without touching anyone else's. Shared buffers: one list per partition that every map task
+// appends to; an append first fills the free space of the partition's tail chunk (a chunk another
+// transaction allocated, so those bytes are logged) and the STM serialises concurrent appends. A
+// crashed map task's records are then mixed with the others': shared buffers cannot be resumed.
 //
 // Lazy allocation (default): a chunk is allocated only when a partition has data for it.
 // Eager allocation (for comparison, as a shuffle that pre-creates its files would): a map task
@@ -41,9 +52,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <tlptm/tlptm.hpp>
 
@@ -102,6 +117,16 @@ struct store_options {
     std::size_t chunk_size = 8192; ///< bytes per chunk, header included (>= 64, multiple of 16)
     buffer_layout layout = buffer_layout::private_buffers;
     bool lazy = true; ///< allocate a chunk only when its partition has data
+    /// Private buffers, lazy allocation: a map task's whole output in one transaction, records
+    /// written straight into its chunks (true); or staged in volatile memory and published one
+    /// chunk per transaction (false, as the shared and eager layouts always do).
+    bool task_transaction = true;
+    /// Reducers read the records in place in the pool (true) or copy them out first (false).
+    bool read_in_place = true;
+    /// write_task maps a new chunk's pages with one madvise(MADV_POPULATE_WRITE) before
+    /// writing it, instead of taking a page fault per 4 KiB on first touch (the pool is a file:
+    /// a fresh pool's pages exist only once touched). Changes no byte of the pool.
+    bool populate_chunks = false;
 };
 
 /// What discarding the incomplete map tasks did.
@@ -130,6 +155,11 @@ public:
             throw std::invalid_argument("shuffle id must be below " + std::to_string(max_shuffles));
         if (opt.chunk_size < 64 || opt.chunk_size % 16 != 0)
             throw std::invalid_argument("the chunk size must be a multiple of 16, at least 64");
+        if (opt.chunk_size - chunk_header_bytes < max_record_bytes(w))
+            throw std::invalid_argument(
+                "a chunk must hold a whole record: chunks of " + std::to_string(opt.chunk_size) +
+                " bytes hold " + std::to_string(opt.chunk_size - chunk_header_bytes) +
+                " bytes of data, records are up to " + std::to_string(max_record_bytes(w)));
         lists_ = opt.layout == buffer_layout::private_buffers ? std::uint64_t{w.maps} * w.partitions
                                                               : w.partitions;
         root_ = pool.root<shuffle_root>();
@@ -168,13 +198,24 @@ public:
                                              sizeof(map_entry) * w_.maps)[i];
     }
     bool complete(std::uint32_t m) const { return entry(m).complete.get() == 1; }
+    /// Held by a map task's transaction (write_task) from the end of its work through its
+    /// commit, so that two map tasks never commit at once. A commit holds its write-set's
+    /// orecs while it flushes every line of the task's chunks (megabytes); a concurrent commit
+    /// that needs one of them — both may write the same allocator word, the heap summary of an
+    /// arena where both took superblocks — gives up after a short spin and the whole task
+    /// reruns. The gate turns those reruns (4-10 per 16 tasks at 2 threads) into a short wait.
+    std::mutex& commit_gate() noexcept { return commit_gate_; }
+    /// True if map task m's output is written by one transaction (write_task).
+    bool task_transactions() const noexcept {
+        return opt_.task_transaction && opt_.lazy && opt_.layout == buffer_layout::private_buffers;
+    }
 
     // ---- map side: the transactions of a map task ----------------------------------------------
 
-    /// Publishes n bytes (n <= chunk_capacity()) at the tail of list (m, p) in the running
-    /// transaction, or in one of its own: private layout and lazy allocation: a new chunk;
-    /// eager: the list's empty pre-allocated chunk if it has one; shared: the tail chunk's free
-    /// space first. Returns the chunks it allocated.
+    /// Publishes n bytes (n <= chunk_capacity(), whole records) at the tail of list (m, p) in
+    /// the running transaction, or in one of its own: private layout and lazy allocation: a new
+    /// chunk; eager: the list's empty pre-allocated chunk if it has one; shared: as many whole
+    /// records as fit in the tail chunk's free space first. Returns the chunks it allocated.
     std::uint64_t publish(std::uint32_t m, std::uint32_t p, const std::uint8_t* data,
                           std::size_t n) {
         return tlptm::atomic(pool_, [&](tlptm::tx& tx) -> std::uint64_t {
@@ -183,7 +224,8 @@ public:
             std::size_t done = 0;
             if (tail != nullptr && (opt_.layout == buffer_layout::shared_buffers || !opt_.lazy)) {
                 std::uint64_t used = tail->used.get();
-                std::size_t k = std::min<std::size_t>(chunk_capacity() - used, n);
+                // Whole records only: every chunk holds whole records (reducers read in place).
+                std::size_t k = whole_records_within(w_, data, n, chunk_capacity() - used);
                 if (k > 0) {
                     tx.write(chunk_data(tail) + used, data, k); // logged: an older chunk
                     tail->used = used + k;
@@ -302,25 +344,41 @@ public:
 
     // ---- reduce side ---------------------------------------------------------------------------
 
-    /// Appends partition p's bytes of every complete map task (private) or of the partition's
-    /// shared buffer to `out`, straight from the pool. Call after the map stage (no writer runs).
-    void read_partition(std::uint32_t p, std::vector<std::uint8_t>& out) const {
+    /// Partition p's records of every complete map task (private) or of the partition's shared
+    /// buffer, straight from the pool: one piece per chunk, pointing into the chunk (or, with
+    /// read_in_place off, into one copy). Call after the map stage (no writer runs).
+    void read_partition(std::uint32_t p, partition_data& out) const {
+        const std::size_t first = out.pieces.size();
         auto walk = [&](const chunk_list& l) {
             for (chunk* c = l.head.get(); c != nullptr; c = c->next.get()) {
                 std::uint64_t n = c->used.get();
                 if (n > chunk_capacity())
                     throw std::runtime_error("chunk claims " + std::to_string(n) + " bytes");
-                const std::uint8_t* d = chunk_data(c);
-                out.insert(out.end(), d, d + n);
+                if (n > 0)
+                    out.pieces.emplace_back(chunk_data(c), n);
             }
         };
         if (opt_.layout == buffer_layout::shared_buffers) {
             walk(list(0, p));
-            return;
+        } else {
+            for (std::uint32_t m = 0; m < w_.maps; ++m)
+                if (complete(m))
+                    walk(list(m, p));
         }
-        for (std::uint32_t m = 0; m < w_.maps; ++m)
-            if (complete(m))
-                walk(list(m, p));
+        if (opt_.read_in_place)
+            return;
+        std::uint64_t total = 0;
+        for (std::size_t i = first; i < out.pieces.size(); ++i)
+            total += out.pieces[i].size();
+        std::uint8_t* buf = total ? out.storage(total) : nullptr;
+        std::uint64_t at = 0;
+        for (std::size_t i = first; i < out.pieces.size(); ++i) {
+            std::memcpy(buf + at, out.pieces[i].data(), out.pieces[i].size());
+            at += out.pieces[i].size();
+        }
+        out.pieces.resize(first);
+        if (total)
+            out.pieces.emplace_back(buf, total);
     }
 
     /// Chunks that hold no data (eager allocation's unused chunks).
@@ -380,40 +438,117 @@ private:
     std::uint64_t lists_ = 0;
     shuffle_root* root_ = nullptr;
     std::uint8_t* table_ = nullptr;
+    std::mutex commit_gate_;
 };
 
-/// Runs map task m into the store: stages each partition's records in volatile memory and
-/// publishes a chunk whenever a staging buffer fills; the final transaction publishes the
-/// partly filled buffers and marks the task complete. Returns the chunks it allocated.
+/// Private buffers, lazy allocation: runs map task m in ONE transaction that is also its
+/// commit. Records are generated straight into chunks the transaction allocates (tx.alloc,
+/// then plain stores, no staging copy: the library flushes every line of every block a transaction
+/// allocated before its commit makes the log entry durable, and logs none of them); a chunk holds
+/// whole records; when a partition's chunk is full the next one is allocated and linked. At the end
+/// the transaction sets the lists' head, tail and counters and the complete flag: the only
+/// logged words, with the allocator's bitmap and descriptor words. Before the commit none of
+/// the task's chunks is reachable or allocated in a crash image; after it all of them are.
+/// A retry (an orec conflict) reruns the task from the start. Returns the chunks allocated.
+inline std::uint64_t write_task(nv_store& store, std::uint32_t m) {
+    const workload& w = store.job();
+    const std::size_t cap = store.chunk_capacity();
+    const std::size_t chunk_bytes = store.chunk_size();
+    struct cursor {
+        chunk* head = nullptr;
+        chunk* tail = nullptr;
+        std::uint8_t* at = nullptr; ///< next free byte of the tail chunk
+        std::uint8_t* end = nullptr;
+        std::uint64_t bytes = 0, chunks = 0;
+    };
+    std::vector<cursor> cur;
+    const bool populate = store.options().populate_chunks;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    // The commit gate: one map task commits at a time (see nv_store::commit_gate).
+    std::unique_lock<std::mutex> gate(store.commit_gate(), std::defer_lock);
+    return tlptm::atomic(store.pool(), [&](tlptm::tx& tx) -> std::uint64_t {
+        if (gate.owns_lock())
+            gate.unlock(); // the previous attempt failed at its commit: retry ungated
+        cur.assign(w.partitions, cursor{}); // a retry starts over
+        for (std::uint32_t p = 0; p < w.partitions; ++p)
+            if (store.list(m, p).head.get() != nullptr)
+                throw std::logic_error("map task " + std::to_string(m) +
+                                       " already has chunks: discard_incomplete() first");
+        // Raw stores into a block of this transaction: the header words are plain memory here.
+        auto set_used = [](chunk* c, std::uint64_t used) {
+            std::memcpy(reinterpret_cast<std::uint8_t*>(c) + 8, &used, 8);
+        };
+        map_summary s = run_map_into(w, m, [&](std::uint32_t p, std::size_t n) {
+            cursor& c = cur[p];
+            if (static_cast<std::size_t>(c.end - c.at) < n) {
+                auto* k = static_cast<chunk*>(tx.alloc(chunk_bytes));
+                if (populate) { // best effort: without it the first stores fault the pages in
+                    auto from = reinterpret_cast<std::uintptr_t>(k) & ~(page - 1);
+                    auto to = (reinterpret_cast<std::uintptr_t>(k) + chunk_bytes + page - 1) &
+                              ~(page - 1);
+                    (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE);
+                }
+                std::memset(static_cast<void*>(k), 0, chunk_header_bytes);
+                if (c.tail != nullptr) {
+                    set_used(c.tail, static_cast<std::uint64_t>(c.at - chunk_data(c.tail)));
+                    std::memcpy(static_cast<void*>(c.tail), &k, sizeof k); // tail->next = k
+                } else {
+                    c.head = k;
+                }
+                c.tail = k;
+                c.at = chunk_data(k);
+                c.end = c.at + cap;
+                ++c.chunks;
+            }
+            std::uint8_t* at = c.at; // the record is generated here, in the chunk
+            c.at += n;
+            c.bytes += n;
+            return at;
+        });
+        std::uint64_t chunks = 0;
+        for (std::uint32_t p = 0; p < w.partitions; ++p) {
+            cursor& c = cur[p];
+            if (c.tail == nullptr)
+                continue;
+            set_used(c.tail, static_cast<std::uint64_t>(c.at - chunk_data(c.tail)));
+            chunk_list& l = store.list(m, p);
+            l.head = c.head;
+            l.tail = c.tail;
+            l.bytes = c.bytes;
+            l.chunks = c.chunks;
+            chunks += c.chunks;
+        }
+        store.mark_complete(m, s, chunks);
+        gate.lock(); // released when write_task returns or throws (after the commit)
+        return chunks;
+    });
+}
+
+/// Runs map task m into the store. Private buffers with lazy allocation: write_task (one
+/// transaction). Otherwise it stages each partition's records in volatile memory, whole records
+/// per batch, and publishes a chunk's worth whenever a staging buffer would overflow; the final
+/// transaction publishes the partly filled buffers and marks the task complete. Returns the
+/// chunks it allocated.
 inline std::uint64_t run_map_task(nv_store& store, std::uint32_t m) {
+    if (store.task_transactions())
+        return write_task(store, m);
     const workload& w = store.job();
     const std::size_t cap = store.chunk_capacity();
     std::vector<std::vector<std::uint8_t>> staging(w.partitions);
     std::uint64_t chunks = 0;
-    const bool shared = store.options().layout == buffer_layout::shared_buffers;
     if (!store.options().lazy && store.options().layout == buffer_layout::private_buffers)
         chunks += store.preallocate(m);
     map_summary s = run_map(w, m, [&](std::uint32_t p, const std::uint8_t* rec, std::size_t n) {
         std::vector<std::uint8_t>& b = staging[p];
         if (b.capacity() == 0)
             b.reserve(cap); // lazy in volatile memory too
-        // Shared buffers interleave the batches of all map tasks in one stream, so a batch
-        // must hold whole records; a private stream is one task's, and records may straddle
-        // chunks.
-        if (shared && b.size() + n > cap && !b.empty()) {
+        // A batch holds whole records, so that every chunk does (the reducers read records in
+        // place, and a shared list interleaves the batches of all map tasks).
+        if (b.size() + n > cap) {
             chunks += store.publish(m, p, b.data(), b.size());
             b.clear();
         }
-        while (n > 0) {
-            std::size_t k = std::min(n, cap - b.size());
-            b.insert(b.end(), rec, rec + k);
-            rec += k;
-            n -= k;
-            if (b.size() == cap) {
-                chunks += store.publish(m, p, b.data(), b.size());
-                b.clear();
-            }
-        }
+        b.insert(b.end(), rec, rec + n);
     });
     // The commit of the map task. Private buffers with lazy allocation: the last partial
     // chunks and the complete flag in one transaction (their bytes are AALO, its log entry

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -143,16 +145,20 @@ inline double unit(std::uint64_t bits) noexcept {
     return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-/// The partition of a terasort key: range partitioning on the key's first 8 bytes (big-endian),
-/// so partition order is key order.
-inline std::uint32_t terasort_partition(const std::uint8_t* key, std::uint32_t partitions) {
-    std::uint64_t hi = 0;
-    for (int i = 0; i < 8; ++i)
-        hi = hi << 8 | key[i];
+/// The partition of a terasort key whose first 8 bytes, big-endian, are `hi`: range
+/// partitioning, so partition order is key order.
+inline std::uint32_t terasort_partition_of(std::uint64_t hi, std::uint32_t partitions) {
     // floor(hi * partitions / 2^64): the high half of a 64 x 32-bit product.
     std::uint64_t lo_part = (hi & 0xffffffffu) * partitions;
     std::uint64_t hi_part = (hi >> 32) * partitions + (lo_part >> 32);
     return static_cast<std::uint32_t>(hi_part >> 32);
+}
+
+inline std::uint32_t terasort_partition(const std::uint8_t* key, std::uint32_t partitions) {
+    std::uint64_t hi = 0;
+    for (int i = 0; i < 8; ++i)
+        hi = hi << 8 | key[i];
+    return terasort_partition_of(hi, partitions);
 }
 
 /// Generates the records of terasort map task m into `out` (record_size bytes each) and
@@ -164,7 +170,13 @@ public:
     explicit terasort_generator(const workload& w)
         : w_(w), ranks_(std::uint64_t{1} << 24, w.zipf) {}
 
-    void record(std::uint32_t m, std::uint64_t i, std::uint8_t* out) const noexcept {
+    /// A record before its bytes are written: its key's first 8 bytes (big-endian: `hi`, what
+    /// partitioning looks at) and what the rest is made from.
+    struct draft {
+        std::uint64_t id, hi, lo;
+    };
+
+    draft begin(std::uint32_t m, std::uint64_t i) const noexcept {
         std::uint64_t id = std::uint64_t{m} << 40 | i;
         std::uint64_t r = mix64(w_.seed * 0x100000001b3ull ^ id);
         std::uint64_t hi;
@@ -174,17 +186,25 @@ public:
         } else {
             hi = r;
         }
-        std::uint64_t lo = mix64(r ^ 0x5bd1e995);
+        return {id, hi, mix64(r ^ 0x5bd1e995)};
+    }
+
+    /// Writes the record's record_size bytes.
+    void finish(const draft& d, std::uint8_t* out) const noexcept {
         for (int b = 0; b < 8; ++b)
-            out[b] = static_cast<std::uint8_t>(hi >> (56 - 8 * b));
-        out[8] = static_cast<std::uint8_t>(lo >> 56);
-        out[9] = static_cast<std::uint8_t>(lo >> 48);
-        std::memcpy(out + 10, &id, 8);
-        std::uint64_t f = lo;
+            out[b] = static_cast<std::uint8_t>(d.hi >> (56 - 8 * b));
+        out[8] = static_cast<std::uint8_t>(d.lo >> 56);
+        out[9] = static_cast<std::uint8_t>(d.lo >> 48);
+        std::memcpy(out + 10, &d.id, 8);
+        std::uint64_t f = d.lo;
         for (std::uint32_t at = 18; at < w_.record_size; at += 8) {
             f = mix64(f);
             std::memcpy(out + at, &f, std::min<std::uint32_t>(8, w_.record_size - at));
         }
+    }
+
+    void record(std::uint32_t m, std::uint64_t i, std::uint8_t* out) const noexcept {
+        finish(begin(m, i), out);
     }
 
 private:
@@ -216,6 +236,12 @@ inline std::size_t encode_word_record(std::uint32_t id, std::uint32_t count, std
     return 1 + len + 4;
 }
 inline constexpr std::size_t max_word_record = 1 + 6 + 4;
+
+/// The largest record a map task of w emits: a store that keeps whole records together needs
+/// buffers at least this large.
+inline std::size_t max_record_bytes(const workload& w) {
+    return w.kind == workload_kind::terasort ? w.record_size : max_word_record;
+}
 
 inline std::uint32_t word_partition(const std::uint8_t* word, std::size_t len,
                                     std::uint32_t partitions) {
@@ -275,6 +301,30 @@ template <class Emit> map_summary run_map(const workload& w, std::uint32_t m, Em
     return s;
 }
 
+/// Runs map task m of workload w like run_map, but each record is generated straight into the
+/// memory where the store keeps it: place(partition, n) returns where the next record's n bytes
+/// go (terasort knows the partition from the key before writing the record; wordcount records
+/// are encoded first, then copied there). The records and the summary are run_map's.
+template <class Place> map_summary run_map_into(const workload& w, std::uint32_t m, Place&& place) {
+    if (w.kind != workload_kind::terasort)
+        return run_map(w, m, [&](std::uint32_t p, const std::uint8_t* rec, std::size_t n) {
+            std::memcpy(place(p, n), rec, n);
+        });
+    map_summary s;
+    terasort_generator gen(w);
+    const std::size_t rs = w.record_size;
+    std::uint64_t n = w.records_of(m);
+    for (std::uint64_t i = 0; i < n; ++i) {
+        terasort_generator::draft d = gen.begin(m, i);
+        std::uint8_t* out = place(terasort_partition_of(d.hi, w.partitions), rs);
+        gen.finish(d, out);
+        s.content += hash_bytes(out, rs);
+    }
+    s.records = s.units = n;
+    s.bytes = n * rs;
+    return s;
+}
+
 /// What a reduce task computed from its partition.
 struct reduce_result {
     std::uint64_t records = 0; ///< shuffle records read
@@ -286,45 +336,91 @@ struct reduce_result {
     std::string error;         ///< non-empty if the data is malformed or unsorted
 };
 
-/// Reduces partition r, given all its shuffle bytes (the concatenated record streams of every
-/// map task, in any order): terasort sorts the records, wordcount adds up the counts. The
-/// result hash does not depend on the order in which the map tasks' streams arrive.
+/// The bytes of the longest run of whole records at the start of data[0, n) that fits in
+/// `room` bytes (data holds whole records).
+inline std::size_t whole_records_within(const workload& w, const std::uint8_t* data, std::size_t n,
+                                        std::size_t room) {
+    std::size_t limit = std::min(n, room);
+    if (w.kind == workload_kind::terasort)
+        return limit / w.record_size * w.record_size;
+    std::size_t at = 0;
+    while (at < limit) {
+        std::size_t len = 1 + std::size_t{data[at]} + 4;
+        if (at + len > limit)
+            break;
+        at += len;
+    }
+    return at;
+}
+
+/// A partition's shuffle data as a reduce task gets it: pieces of whole records, in any order.
+/// A piece points into the store itself (tlptm: a chunk of the mapped pool, read in place) or
+/// into storage of its own that a file backend filled with read(2) / pread(2).
+struct partition_data {
+    std::vector<std::span<const std::uint8_t>> pieces;
+    std::vector<std::unique_ptr<std::uint8_t[]>> owned;
+
+    /// n bytes of storage that live as long as this object (not zero-filled).
+    std::uint8_t* storage(std::size_t n) {
+        owned.push_back(std::make_unique_for_overwrite<std::uint8_t[]>(n));
+        return owned.back().get();
+    }
+    std::uint64_t bytes() const noexcept {
+        std::uint64_t n = 0;
+        for (const auto& s : pieces)
+            n += s.size();
+        return n;
+    }
+};
+
+/// Reduces partition r, given all its shuffle data (the record streams of every map task, in
+/// any order and any number of pieces, each of whole records): terasort sorts the records,
+/// wordcount adds up the counts. The result hash does not depend on the order in which the
+/// map tasks' streams arrive. Every backend goes through this function; the records are read
+/// where the backend's read left them (no further copy).
 inline reduce_result reduce_partition(const workload& w, std::uint32_t r,
-                                      const std::vector<std::uint8_t>& data) {
+                                      const partition_data& data) {
     reduce_result out;
-    out.bytes = data.size();
+    out.bytes = data.bytes();
     if (w.kind == workload_kind::terasort) {
         const std::size_t rs = w.record_size;
-        if (data.size() % rs != 0) {
-            out.error = "partition " + std::to_string(r) + ": " + std::to_string(data.size()) +
-                        " bytes is not a whole number of records";
-            return out;
+        std::size_t n = 0;
+        for (const auto& piece : data.pieces) {
+            if (piece.size() % rs != 0) {
+                out.error = "partition " + std::to_string(r) + ": a piece of " +
+                            std::to_string(piece.size()) +
+                            " bytes is not a whole number of records";
+                return out;
+            }
+            n += piece.size() / rs;
         }
-        std::size_t n = data.size() / rs;
         struct entry {
             std::uint64_t prefix;
             std::uint32_t index;
         };
         std::vector<entry> order(n);
-        std::vector<std::uint64_t> hashes(n); // each record hashed once
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::uint8_t* p = data.data() + i * rs;
-            std::uint64_t hi = 0;
-            for (int b = 0; b < 8; ++b)
-                hi = hi << 8 | p[b];
-            order[i] = {hi, static_cast<std::uint32_t>(i)};
-            hashes[i] = hash_bytes(p, rs);
-            out.content += hashes[i];
-            if (terasort_partition(p, w.partitions) != r && out.error.empty())
-                out.error = "partition " + std::to_string(r) + " holds a record of partition " +
-                            std::to_string(terasort_partition(p, w.partitions));
-        }
+        std::vector<const std::uint8_t*> records(n); // where each record lies
+        std::vector<std::uint64_t> hashes(n);        // each record hashed once
+        std::size_t i = 0;
+        for (const auto& piece : data.pieces)
+            for (std::size_t at = 0; at < piece.size(); at += rs, ++i) {
+                const std::uint8_t* p = piece.data() + at;
+                std::uint64_t hi = 0;
+                for (int b = 0; b < 8; ++b)
+                    hi = hi << 8 | p[b];
+                order[i] = {hi, static_cast<std::uint32_t>(i)};
+                records[i] = p;
+                hashes[i] = hash_bytes(p, rs);
+                out.content += hashes[i];
+                if (terasort_partition(p, w.partitions) != r && out.error.empty())
+                    out.error = "partition " + std::to_string(r) + " holds a record of partition " +
+                                std::to_string(terasort_partition(p, w.partitions));
+            }
         // Whole records compared on a tie: the order (and the hash) is canonical.
         std::sort(order.begin(), order.end(), [&](const entry& a, const entry& b) {
             if (a.prefix != b.prefix)
                 return a.prefix < b.prefix;
-            return std::memcmp(data.data() + std::size_t{a.index} * rs,
-                               data.data() + std::size_t{b.index} * rs, rs) < 0;
+            return std::memcmp(records[a.index], records[b.index], rs) < 0;
         });
         std::uint64_t h = mix64(r + 0x7e);
         for (const entry& e : order)
@@ -335,24 +431,27 @@ inline reduce_result reduce_partition(const workload& w, std::uint32_t r,
     }
     std::unordered_map<std::string, std::uint64_t> totals;
     totals.reserve(w.vocabulary / w.partitions + 16);
-    std::size_t at = 0;
-    while (at < data.size()) {
-        std::size_t len = data[at];
-        if (len == 0 || len > 6 || at + 1 + len + 4 > data.size()) {
-            out.error = "partition " + std::to_string(r) + ": malformed word record at byte " +
-                        std::to_string(at);
-            return out;
+    for (const auto& piece : data.pieces) {
+        const std::uint8_t* d = piece.data();
+        std::size_t at = 0;
+        while (at < piece.size()) {
+            std::size_t len = d[at];
+            if (len == 0 || len > 6 || at + 1 + len + 4 > piece.size()) {
+                out.error = "partition " + std::to_string(r) + ": malformed word record at byte " +
+                            std::to_string(at) + " of a piece";
+                return out;
+            }
+            std::uint32_t count;
+            std::memcpy(&count, d + at + 1 + len, 4);
+            const char* word = reinterpret_cast<const char*>(d + at + 1);
+            if (word_partition(d + at + 1, len, w.partitions) != r && out.error.empty())
+                out.error = "partition " + std::to_string(r) + " holds a word of another partition";
+            totals[std::string(word, len)] += count;
+            out.content += hash_bytes(d + at, 1 + len + 4);
+            out.records += 1;
+            out.units += count;
+            at += 1 + len + 4;
         }
-        std::uint32_t count;
-        std::memcpy(&count, data.data() + at + 1 + len, 4);
-        const char* word = reinterpret_cast<const char*>(data.data() + at + 1);
-        if (word_partition(data.data() + at + 1, len, w.partitions) != r && out.error.empty())
-            out.error = "partition " + std::to_string(r) + " holds a word of another partition";
-        totals[std::string(word, len)] += count;
-        out.content += hash_bytes(data.data() + at, 1 + len + 4);
-        out.records += 1;
-        out.units += count;
-        at += 1 + len + 4;
     }
     for (const auto& [word, total] : totals)
         out.output +=
