@@ -198,3 +198,22 @@ TEST_CASE("an exception leaving a nested atomic aborts the whole transaction eve
     CHECK(rt->a.get() == 5);
     CHECK(rt->b.get() == 6);
 }
+
+TEST_CASE("a fence that fails in close() closes the pool all the same; reopening recovers") {
+    temp_path path("fault-close");
+    faulty_policy policy;
+    {
+        auto pool = tlptm::pool::create(path, tlptm_test::options_with(policy));
+        root* rt = pool.root<root>();
+        tlptm::atomic(pool, [&] { rt->a = 1; });
+        tlptm::atomic(pool, [&] { rt->b = 2; }); // its write-back is settled by close()
+        policy.fail_fence_after(1);
+        CHECK_THROWS_AS(pool.close(), tlptm::error);
+        CHECK_FALSE(pool.is_open());
+        pool.close(); // a second close (and the destructor) neither hangs nor throws
+    }
+    auto again = tlptm::pool::open(path, tlptm_test::small_options());
+    root* rt = again.root<root>();
+    CHECK(rt->a.get() == 1);
+    CHECK(rt->b.get() == 2);
+}

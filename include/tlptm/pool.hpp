@@ -133,16 +133,28 @@ public:
     /// Closes the pool: waits for running transactions, persists the checkpoint (so the next
     /// open replays nothing) and unmaps. No-op on a closed pool.
     /// @throw tx_scope_error called inside a transaction on this pool
+    /// @throw whatever the persistence path throws while persisting the checkpoint (an msync
+    ///        failure); the pool is closed all the same and the next open recovers
     void close() {
         if (!state_)
             return;
         if (detail::current_tx && detail::current_tx->pool == state_.get())
             throw tx_scope_error("tlptm: pool::close() called inside a transaction on the pool");
         state_->lock_exclusive(); // waits for running transactions
-        state_->checkpoint(state_->admin_ctx);
-        state_->unlock_exclusive();
-        detail::this_thread_registry.forget(state_->id);
-        state_.reset();
+        auto release = [&] {
+            state_->unlock_exclusive();
+            detail::this_thread_registry.forget(state_->id);
+            state_.reset();
+        };
+        try {
+            state_->checkpoint(state_->admin_ctx);
+        } catch (...) {
+            // The checkpoint's persistence failed (the pool is poisoned): the pool is closed
+            // all the same, and the next open recovers from the log.
+            release();
+            throw;
+        }
+        release();
     }
 
     bool is_open() const noexcept { return state_ != nullptr; }

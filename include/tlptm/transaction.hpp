@@ -329,23 +329,30 @@ inline void lock_write_set(thread_slot& s) {
 /// Flushes every line of every block the transaction allocated, once each (I4; raw stores into
 /// a new block become durable too); false if it allocated nothing. The whole blocks are
 /// announced to the persistence policy first: what was stored there by any means is theirs.
+/// Blocks are sorted and their line spans merged, so that a run of blocks is one flush call
+/// and a line shared by two small blocks is flushed once.
 inline bool flush_allocated(thread_slot& s) {
     auto& blocks = s.alloc.allocated;
     if (blocks.empty())
         return false;
     pool_state& st = *s.pool;
-    std::vector<std::uint64_t>& lines = s.alloc.lines;
-    lines.clear();
+    auto& spans = s.alloc.spans;
+    spans.clear();
     for (const auto& r : blocks) {
         st.persist.stored(st.base + r.offset, r.size);
-        for (std::uint64_t l = r.offset / cache_line; l <= (r.offset + r.size - 1) / cache_line;
-             ++l)
-            lines.push_back(l);
+        spans.push_back({r.offset / cache_line * cache_line,
+                         (r.offset + r.size + cache_line - 1) / cache_line * cache_line});
     }
-    std::sort(lines.begin(), lines.end());
-    lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
-    for (std::uint64_t l : lines)
-        st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
+    std::sort(spans.begin(), spans.end());
+    std::uint64_t lo = spans.front().first, hi = spans.front().second;
+    for (const auto& [a, b] : spans) {
+        if (a > hi) {
+            st.persist.flush(s.pctx, st.base + lo, hi - lo);
+            lo = a;
+        }
+        hi = std::max(hi, b);
+    }
+    st.persist.flush(s.pctx, st.base + lo, hi - lo);
     return true;
 }
 
@@ -459,6 +466,16 @@ inline void commit(thread_slot& s) {
     // no timestamp. A persistence failure there poisons the pool (pool_state::guarded).
     st.reserve_ring(s, bound);
 
+    // Blocks the entry does not cover are made durable now, fenced (F0), before any orec is
+    // locked: they are private to the transaction, so a large allocation's flushes do not
+    // lengthen the time its orecs are held, and the locked instructions below find nothing
+    // pending. A failure poisons the pool.
+    if (s.covered.empty() && !s.alloc.allocated.empty() && !mutated(mutation::aalo_not_covered))
+        st.guarded([&] {
+            flush_allocated(s);
+            st.persist.fence(s.pctx); // F0
+        });
+
     // Step 1: lock the write-set, take ts, validate the read-set.
     lock_write_set(s);
     note_locked_op(s.pctx);
@@ -498,8 +515,8 @@ inline void commit(thread_slot& s) {
         // ran, so without more a crash could replay a transaction whose new objects never
         // reached persistent memory (found by the crash-image sweep, persistency_test). Either
         // the entry covers the blocks (their CRC is in it: recovery refuses the entry if they
-        // do not match, and F1 completes their flushes with the entry), or the flushes get a
-        // fence of their own (F0) before the entry is written (choose_covered_blocks).
+        // do not match, and F1 completes their flushes with the entry: flushed here), or the
+        // flushes got a fence of their own (F0) before locking (choose_covered_blocks).
         touched = true;
         // Eager: the previous commit's write-back lines are flushed here, after this commit's
         // locked instructions, so that this commit's fence completes them together with the
@@ -508,8 +525,8 @@ inline void commit(thread_slot& s) {
         if (!lazy && previous_unfenced)
             for (std::uint64_t l : s.dirty_lines)
                 st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
-        if (flush_allocated(s) && s.covered.empty() && !mutated(mutation::aalo_not_covered))
-            st.persist.fence(s.pctx); // F0
+        if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
+            flush_allocated(s);
 
         // Step 3: the entry goes out with non-temporal stores.
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);

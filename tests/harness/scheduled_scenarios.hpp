@@ -511,9 +511,9 @@ struct fault_root {
 };
 
 /// Three workers commit on their own lines and a shared counter; every other transaction also
-/// replaces the worker's small object (tlptm::make: AALO stores and the F0 fence; the old one is
-/// freed). Run with tracer_options::fail_fence: one fence throws, as a failed msync does. The
-/// failing atomic throws, every transaction that starts later throws pool_error, no lock or
+/// replaces the worker's small object (tlptm::make: AALO stores covered by the entry; the old
+/// one is freed). Run with tracer_options::fail_fence: one fence throws, as a failed msync does.
+/// The failing atomic throws, every transaction that starts later throws pool_error, no lock or
 /// in_flight leaks, no thread hangs, and every crash image (reopening included) recovers a
 /// per-thread prefix that holds every returned transaction.
 inline scenario fault(tlptm::log_mode mode, int n) {

@@ -21,6 +21,7 @@
 // does; it is recorded as a `fault` event, not as a fence, since nothing was made durable.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -150,7 +151,12 @@ public:
         std::uint64_t off;
         if (!locate(addr, n, "flush", off))
             return;
-        push(event_kind::flush, off, n, nullptr);
+        // One event per line: a mutation can drop the write-back of a single line even when
+        // the library flushes a whole block (or a run of blocks) in one call.
+        for (std::uint64_t l = off / 64; l <= (off + n - 1) / 64; ++l) {
+            std::uint64_t lo = std::max(off, l * 64), hi = std::min(off + n, (l + 1) * 64);
+            push(event_kind::flush, lo, hi - lo, nullptr);
+        }
     }
 
     void fence() override {

@@ -148,7 +148,8 @@ struct alloc_tx_state {
     std::vector<range> aalo;  ///< the same in modes aalo and tlptm: stores there go in place
     std::vector<freed> frees; ///< blocks freed: pending after commit
     std::vector<std::uint32_t> sb_claims; ///< fresh superblocks taken from the free ones
-    std::vector<std::uint64_t> lines;     ///< scratch: AALO lines to flush
+    /// Scratch of the commit: the blocks' line-aligned spans [begin, end), to flush.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
 
     void clear() noexcept {
         claims.clear();
