@@ -222,6 +222,17 @@ inline void check_entry_size(thread_slot& s) {
 inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::size_t n) {
     pool_state& st = *s.pool;
     auto* in = static_cast<const std::uint8_t*>(src);
+    std::uint64_t at = st.offset_of(dst);
+    if (at % 8 == 0 && n % 8 == 0) { // whole words (the common case): no masks to build
+        for (std::size_t done = 0; done < n; done += 8) {
+            std::uint64_t v;
+            std::memcpy(&v, in + done, 8);
+            s.writes.put(at + done, v, ~std::uint64_t{0});
+            if (s.writes.size() >= s.overflow_check_at)
+                check_entry_size(s);
+        }
+        return;
+    }
     for_each_word(st.offset_of(dst), n,
                   [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
                       std::uint64_t v = 0;
@@ -302,8 +313,12 @@ inline void release_locks(thread_slot& s) noexcept {
 inline void lock_write_set(thread_slot& s) {
     orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
+    std::uint32_t previous = ~std::uint32_t{0};
     for (const log_record& r : s.writes.entries()) {
         std::uint32_t idx = orec_table::index(r.offset);
+        if (idx == previous)
+            continue; // the words of a granule are adjacent in the sorted set
+        previous = idx;
         std::atomic<std::uint64_t>& orec = orecs[idx];
         sched(sched_point::orec_lock, &orec);
         for (unsigned spins = 0;;) {
@@ -557,7 +572,10 @@ inline void commit(thread_slot& s) {
             // Release: a reader that sees the new value also sees the orec locked (I6).
             __atomic_store_n(w, v, __ATOMIC_RELEASE);
             st.persist.stored(w, 8);
-            data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+            // Full words need no bit count (which without POPCNT is a library call).
+            data_bytes += r.mask == ~std::uint64_t{0}
+                              ? 8
+                              : static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
             if (r.offset / cache_line != line) {
                 line = r.offset / cache_line;
                 s.dirty_lines.push_back(line);

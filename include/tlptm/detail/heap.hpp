@@ -158,11 +158,13 @@ struct alloc_tx_state {
         frees.clear();
         sb_claims.clear();
     }
-    /// True if [offset, offset + n) lies in memory allocated by this transaction.
+    /// True if [offset, offset + n) lies in memory allocated by this transaction. The newest
+    /// block first: stores mostly go to the block just allocated (a transaction that inserts
+    /// hundreds of nodes would otherwise scan them all at every store).
     bool in_aalo(std::uint64_t offset, std::uint64_t n) const noexcept {
-        for (const range& r : aalo)
-            if (offset >= r.offset && offset - r.offset <= r.size &&
-                n <= r.size - (offset - r.offset))
+        for (auto it = aalo.rbegin(); it != aalo.rend(); ++it)
+            if (offset >= it->offset && offset - it->offset <= it->size &&
+                n <= it->size - (offset - it->offset))
                 return true;
         return false;
     }

@@ -32,7 +32,12 @@ public:
 
     /// Merges a store of `value` under `mask` into the word at `offset` (8-aligned).
     void put(std::uint64_t offset, std::uint64_t value, std::uint64_t mask) {
-        if (filter_ & filter_bit(offset)) {
+        // Above every word of the set (stores in address order, as a multi-word value is
+        // written): surely new, whatever the filter says.
+        const bool above = entries_.empty() || offset > top_;
+        if (above)
+            top_ = offset;
+        else if (filter_ & filter_bit(offset)) {
             if (entry* e = lookup(offset)) {
                 e->value = (e->value & ~mask) | (value & mask);
                 e->mask |= mask;
@@ -52,8 +57,10 @@ public:
     /// Sorts the entries by offset (commit time: the log and write-back walk them in order).
     /// The index is dropped; the set must be cleared before it is used again.
     void sort_for_commit() {
-        std::sort(entries_.begin(), entries_.end(),
-                  [](const entry& a, const entry& b) { return a.offset < b.offset; });
+        auto by_offset = [](const entry& a, const entry& b) { return a.offset < b.offset; };
+        // Stores of a value or a struct come in address order: often nothing to sort.
+        if (!std::is_sorted(entries_.begin(), entries_.end(), by_offset))
+            std::sort(entries_.begin(), entries_.end(), by_offset);
         index_.clear();
         filter_ = ~std::uint64_t{0}; // keep find() correct (linear) if someone still looks
     }
@@ -109,6 +116,7 @@ private:
     std::vector<entry> entries_;
     std::vector<std::uint32_t> index_; ///< 0 = empty, else entry index + 1; size a power of 2
     std::uint64_t filter_ = 0;         ///< one bit per hash bucket of the words written
+    std::uint64_t top_ = 0;            ///< the largest offset in the set (if not empty)
 };
 
 } // namespace tlptm::detail
