@@ -51,6 +51,23 @@ std::vector<std::uint8_t> fresh_pool(const temp_path& path) {
     return tlptm_test::read_file(path);
 }
 
+/// A pool file with its root, reopened under durable_lines_policy: policy.image() is what a
+/// crash at that moment would leave.
+struct traced_pool {
+    temp_path path;
+    durable_lines_policy policy;
+    tlptm::pool_options opt = tlptm_test::small_options();
+
+    explicit traced_pool(const char* name) : path(name), policy(fresh_pool(path)) {
+        opt.policy = &policy;
+    }
+    tlptm::pool open() {
+        auto pool = tlptm::pool::open(path, opt);
+        policy.attach(static_cast<const std::uint8_t*>(pool.base()));
+        return pool;
+    }
+};
+
 std::uint64_t offset_in(const tlptm::pool& pool, const void* p) {
     return static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(p) -
                                       static_cast<const std::uint8_t*>(pool.base()));
@@ -92,19 +109,16 @@ TEST_CASE("an inserting transaction issues one fence when its entry covers the n
 }
 
 TEST_CASE("recovery refuses a ring's last entry whose covered block is not durable") {
-    temp_path path("covered-torn");
-    durable_lines_policy policy(fresh_pool(path));
-    auto opt = tlptm_test::small_options();
-    opt.policy = &policy;
+    traced_pool t("covered-torn");
+    const temp_path& path = t.path;
     std::vector<std::uint8_t> image, committed_image;
     std::uint64_t node_offset = 0;
     {
-        auto pool = tlptm::pool::open(path, opt);
-        policy.attach(static_cast<const std::uint8_t*>(pool.base()));
+        auto pool = t.open();
         auto* r = pool.root<root>();
         insert_node(pool, r);
         node_offset = offset_in(pool, r->first.get());
-        committed_image = policy.image();
+        committed_image = t.policy.image();
         // The crash happened before the commit's fence completed: the entry reached persistent
         // memory (non-temporal stores may drain early) but the node's line did not.
         image = committed_image;
@@ -143,14 +157,11 @@ TEST_CASE("recovery refuses a ring's last entry whose covered block is not durab
 }
 
 TEST_CASE("a later entry that wrote into the covered block explains the difference") {
-    temp_path path("covered-explained");
-    durable_lines_policy policy(fresh_pool(path));
-    auto opt = tlptm_test::small_options();
-    opt.policy = &policy;
+    traced_pool t("covered-explained");
+    const temp_path& path = t.path;
     std::vector<std::uint8_t> image;
     {
-        auto pool = tlptm::pool::open(path, opt);
-        policy.attach(static_cast<const std::uint8_t*>(pool.base()));
+        auto pool = t.open();
         auto* r = pool.root<root>();
         insert_node(pool, r); // the last entry of this thread's ring
         // Another thread (another slot, another ring) updates the node, then commits something
@@ -161,7 +172,7 @@ TEST_CASE("a later entry that wrote into the covered block explains the differen
             tlptm::atomic(pool, [&] { r->other = 9; });
         });
         other.join();
-        image = policy.image();
+        image = t.policy.image();
     }
     tlptm_test::write_file(path, image);
     auto pool = tlptm::pool::open(path, tlptm_test::small_options());
@@ -204,14 +215,11 @@ TEST_CASE("transactions that cannot cover all their blocks fence them and log no
     // were covered up to a block it also freed (or up to the size limit) left the blocks before
     // it in the section, unsorted and with no CRC: an entry that never validates, and every
     // later entry of its ring lost with it.
-    temp_path path("covered-partial");
-    durable_lines_policy policy(fresh_pool(path));
-    auto opt = tlptm_test::small_options();
-    opt.policy = &policy;
+    traced_pool t("covered-partial");
+    const temp_path& path = t.path;
     std::vector<std::uint8_t> image;
     {
-        auto pool = tlptm::pool::open(path, opt);
-        policy.attach(static_cast<const std::uint8_t*>(pool.base()));
+        auto pool = t.open();
         auto* r = pool.root<root>();
         for (int warm = 0; warm < 2; ++warm)
             tlptm::atomic(pool, [&] { r->other = r->other + 1; });
@@ -233,7 +241,7 @@ TEST_CASE("transactions that cannot cover all their blocks fence them and log no
         });
         CHECK((pool.stats() - before).fences == 2);
         insert_node(pool, r); // and a covered insert after them, in the same ring
-        image = policy.image();
+        image = t.policy.image();
     }
     tlptm_test::write_file(path, image);
     auto pool = tlptm::pool::open(path, tlptm_test::small_options());
