@@ -319,34 +319,39 @@ TEST_CASE("crash sweep: map tasks written by one transaction each, raw stores in
     }
 }
 
+namespace {
+
+/// Runs scenario `sc` with mutation `m`: the mutation must match an event and some crash image
+/// must fail (the check is not vacuous).
+void expect_caught(const scenario& sc, const mutation& m) {
+    sweep_config cfg = sweep_budget();
+    cfg.mut = m;
+    cfg.max_messages = 2;
+    sweep_result r = run_sweep(sc, cfg);
+    MESSAGE(r.summary());
+    for (const auto& msg : r.messages)
+        MESSAGE("  violation: " << msg);
+    CHECK(r.mutation_matched);
+    CHECK(r.violations > 0);
+}
+
+} // namespace
+
 TEST_CASE("the sweep catches a raw-stored chunk data line that is never flushed") {
     // write_task stores the records with plain memcpy: only the library's flush of every line
     // of the blocks the transaction allocated makes them durable. Drop one of those flushes
     // (a data line of the first chunk) and some crash image holds a committed task whose
-    // chunk lacks those bytes: the content hash differs. The first task's commit flushes,
-    // before its F0, the first transaction's write-back line (eager write-back), then every
-    // line of its chunks in address order; the harness counts them all as write-back flushes
-    // (they follow the first transaction's F1 with no fence between). #3 is the third line of
-    // the first chunk: record bytes 112-175.
-    sweep_config cfg = sweep_budget();
-    cfg.mut = mutation::drop_flush(role::write_back_flush, 3);
-    cfg.max_messages = 2;
-    sweep_result r = run_sweep(shuffle_task_transactions(tlptm::log_mode::tlptm), cfg);
-    MESSAGE(r.summary());
-    for (const auto& m : r.messages)
-        MESSAGE("  violation: " << m);
-    CHECK(r.mutation_matched);
-    CHECK(r.violations > 0);
+    // chunk lacks those bytes: the content hash differs. The first task's commit flushes every
+    // line of its chunks in address order and fences them (F0) before it locks its write-set;
+    // the harness counts those flushes as write-back flushes (they follow the first
+    // transaction's F1 with no fence between). #3 is the fourth line of the first chunk.
+    expect_caught(shuffle_task_transactions(tlptm::log_mode::tlptm),
+                  mutation::drop_flush(role::write_back_flush, 3));
 }
 
 TEST_CASE("the sweep catches a chunk data line that is never flushed") {
     // The check is not vacuous: with the flush of one line of a chunk's data dropped, some
     // crash image holds a committed chunk without those bytes, and the content hash differs.
-    sweep_config cfg = sweep_budget();
-    cfg.mut = mutation::drop_flush(role::aalo_flush, 2);
-    cfg.max_messages = 2;
-    sweep_result r = run_sweep(shuffle_commit(tlptm::log_mode::tlptm), cfg);
-    MESSAGE(r.summary());
-    CHECK(r.mutation_matched);
-    CHECK(r.violations > 0);
+    expect_caught(shuffle_commit(tlptm::log_mode::tlptm),
+                  mutation::drop_flush(role::aalo_flush, 2));
 }
