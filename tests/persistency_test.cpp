@@ -321,6 +321,14 @@ TEST_CASE("mutations of the persistence path are caught by the sweep") {
         cfg.mut = mutation::drop_flush(role::aalo_flush, 0);
         expect_caught(sc::list(log_mode::tlptm, 3), cfg, "drop the first AALO flush");
     }
+    SUBCASE("drop F0 (mode cblo, no covered blocks): an entry persists before its node (I4)") {
+        // Without AALO the new node is fenced on its own (F0) before the write-set is locked;
+        // it follows the previous transaction's F1 with no stream between, hence its role f2
+        // (#0 is the second insert's; the first insert's follows a ring-header fence).
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_fence(role::f2, 1);
+        expect_caught(sc::list(log_mode::cblo, 3), cfg, "drop the F0 of the third insert");
+    }
     SUBCASE("drop the write-back flushes: CT then passes data that is not durable (I2)") {
         sweep_config cfg = mutation_config();
         cfg.mut = mutation::drop_flush(role::write_back_flush, 0);
