@@ -233,7 +233,7 @@ inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::
         }
         return;
     }
-    for_each_word(st.offset_of(dst), n,
+    for_each_word(at, n,
                   [&](std::uint64_t w, std::size_t skip, std::size_t take, std::size_t done) {
                       std::uint64_t v = 0;
                       std::memcpy(reinterpret_cast<std::uint8_t*>(&v) + skip, in + done, take);
@@ -379,7 +379,7 @@ inline constexpr std::uint64_t cover_blocks_max_bytes = 1024;
 /// Chooses how the blocks the transaction allocated become durable before its entry can count
 /// (I4): fills s.covered with the blocks its entry will cover (their contents' CRC goes into
 /// the entry; recovery refuses a ring's last entry whose blocks do not match), or leaves it
-/// empty, and then the commit fences the blocks' flushes before streaming the entry (F0).
+/// empty, and then the commit flushes and fences the blocks (F0) before it locks anything.
 /// Covering needs a pool of layout 3 or later, an AALO mode (a block's bytes are final once the
 /// transaction's function has returned: no record of the entry writes into them), at most
 /// cover_blocks_max_bytes, and no block that the transaction also freed (it goes back to the heap
