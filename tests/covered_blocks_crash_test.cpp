@@ -68,6 +68,13 @@ struct traced_pool {
     }
 };
 
+/// Two small commits, so that the ring's first generation (which fences once) is behind the
+/// transaction whose fences a test counts.
+void warm_up(tlptm::pool& pool, root* r) {
+    for (int warm = 0; warm < 2; ++warm)
+        tlptm::atomic(pool, [&] { r->other = r->other + 1; });
+}
+
 std::uint64_t offset_in(const tlptm::pool& pool, const void* p) {
     return static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(p) -
                                       static_cast<const std::uint8_t*>(pool.base()));
@@ -93,8 +100,7 @@ TEST_CASE("an inserting transaction issues one fence when its entry covers the n
         temp_path path("covered-fences");
         auto pool = tlptm::pool::create(path, tlptm_test::small_options(mode));
         auto* r = pool.root<root>();
-        for (int warm = 0; warm < 2; ++warm) // the ring's first generation fences once
-            tlptm::atomic(pool, [&] { r->other = r->other + 1; });
+        warm_up(pool, r);
         auto before = pool.stats();
         tlptm::atomic(pool, [&](tlptm::tx& tx) {
             auto* b = static_cast<std::uint64_t*>(tx.alloc(block));
@@ -197,8 +203,7 @@ TEST_CASE("a pool of layout 2 opens, and its inserts fence their blocks (readabl
     {
         auto pool = tlptm::pool::open(path, tlptm_test::small_options());
         auto* r = pool.root<root>();
-        for (int warm = 0; warm < 2; ++warm)
-            tlptm::atomic(pool, [&] { r->other = r->other + 1; });
+        warm_up(pool, r);
         auto before = pool.stats();
         insert_node(pool, r);
         CHECK((pool.stats() - before).fences == 2); // F0 and F1: no covered-blocks entry
@@ -221,8 +226,7 @@ TEST_CASE("transactions that cannot cover all their blocks fence them and log no
     {
         auto pool = t.open();
         auto* r = pool.root<root>();
-        for (int warm = 0; warm < 2; ++warm)
-            tlptm::atomic(pool, [&] { r->other = r->other + 1; });
+        warm_up(pool, r);
         auto before = pool.stats();
         tlptm::atomic(pool, [&](tlptm::tx& tx) { // allocates three blocks, frees the second
             auto* a = static_cast<std::uint64_t*>(tx.alloc(64));

@@ -168,18 +168,25 @@ std::vector<std::uint8_t> bytes_of(std::uint64_t tag, std::size_t n) {
     return v;
 }
 
-/// Map task 0 publishes three chunks and commits (a last partial chunk with its complete
-/// flag); map task 1 publishes two chunks and "crashes"; the restart discards task 1 (one
-/// transaction per list) and reruns it to completion.
-scenario shuffle_commit(tlptm::log_mode mode) {
+/// A shuffle scenario's common part: a tiny pool holding the store's root and mapping table,
+/// observed through the store. The caller adds the run.
+scenario shuffle_scenario(const char* name, tlptm::log_mode mode) {
     scenario s;
-    s.name = scenarios::named("shuffle-map-commit", mode);
+    s.name = scenarios::named(name, mode);
     s.options = scenarios::tiny_pool(mode);
     s.setup = [](tlptm::pool& p) {
         p.root<shuffle::shuffle_root>();
         shuffle::nv_store store(p, 0, tiny_job(), tiny_store());
     };
     s.observe = observe_shuffle;
+    return s;
+}
+
+/// Map task 0 publishes three chunks and commits (a last partial chunk with its complete
+/// flag); map task 1 publishes two chunks and "crashes"; the restart discards task 1 (one
+/// transaction per list) and reruns it to completion.
+scenario shuffle_commit(tlptm::log_mode mode) {
+    scenario s = shuffle_scenario("shuffle-map-commit", mode);
     s.run = [](tlptm::pool& p, recorder& rec) {
         shuffle::nv_store store(p, 0, tiny_job(), tiny_store());
         const std::size_t cap = store.chunk_capacity();
@@ -236,14 +243,7 @@ scenario shuffle_commit(tlptm::log_mode mode) {
 /// chunks it allocates, the lists and the complete flag at the end. Then a discard that finds
 /// nothing to free.
 scenario shuffle_task_transactions(tlptm::log_mode mode) {
-    scenario s;
-    s.name = scenarios::named("shuffle-task-transaction", mode);
-    s.options = scenarios::tiny_pool(mode);
-    s.setup = [](tlptm::pool& p) {
-        p.root<shuffle::shuffle_root>();
-        shuffle::nv_store store(p, 0, tiny_job(), tiny_store());
-    };
-    s.observe = observe_shuffle;
+    scenario s = shuffle_scenario("shuffle-task-transaction", mode);
     s.run = [](tlptm::pool& p, recorder& rec) {
         shuffle::nv_store store(p, 0, tiny_job(), tiny_store());
         if (!store.task_transactions())
