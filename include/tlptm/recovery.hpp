@@ -73,6 +73,7 @@ inline recovery_report run_recovery(pool_state& st) {
         return "log entry ts " + std::to_string(p.ts) + " in ring " + std::to_string(p.slot) +
                " at offset " + std::to_string(p.offset);
     };
+    const auto base = reinterpret_cast<std::uint64_t>(st.base); // decodes pool pointers
     // Validate everything first: recovery writes nothing unless every record is sound.
     for (std::size_t i = 0; i < todo.size(); ++i) {
         const pending& p = todo[i];
@@ -84,13 +85,12 @@ inline recovery_report run_recovery(pool_state& st) {
                                    "': two log entries carry "
                                    "timestamp " +
                                    std::to_string(p.ts));
-        bool ok = decode_records(
-            p.entry, reinterpret_cast<std::uint64_t>(st.base), [&](const log_record& r) {
-                if (!st.replayable(r.offset) || r.mask == 0)
-                    throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
-                                           ": record address offset " + std::to_string(r.offset) +
-                                           " lies outside the pool's heap and metadata");
-            });
+        bool ok = decode_records(p.entry, base, [&](const log_record& r) {
+            if (!st.replayable(r.offset) || r.mask == 0)
+                throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
+                                       ": record address offset " + std::to_string(r.offset) +
+                                       " lies outside the pool's heap and metadata");
+        });
         if (!ok)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": malformed records");
@@ -110,7 +110,6 @@ inline recovery_report run_recovery(pool_state& st) {
     // transaction saw them published, after this one committed, and then wrote back in place)
     // is not a crash; any other means the fence never completed: the transaction did not
     // commit (its `atomic` never returned) and none of its stores is replayed.
-    const auto base = reinterpret_cast<std::uint64_t>(st.base);
     std::vector<pool_range> ranges;
     for (std::size_t i = 0; i < todo.size(); ++i) {
         pending& p = todo[i];
@@ -144,7 +143,7 @@ inline recovery_report run_recovery(pool_state& st) {
     for (const pending& p : todo) {
         if (!p.committed)
             continue;
-        decode_records(p.entry, reinterpret_cast<std::uint64_t>(st.base), [&](const log_record& r) {
+        decode_records(p.entry, base, [&](const log_record& r) {
             std::uint64_t* w = st.word_at(r.offset);
             std::uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
             __atomic_store_n(w, (old & ~r.mask) | (r.value & r.mask), __ATOMIC_RELAXED);
