@@ -261,10 +261,7 @@ inline void tx_free(thread_slot& s, void* p) {
             c.freed_in_tx = true;
             std::uint64_t start =
                 h.sb_offset(i) + (large ? 0 : std::uint64_t{block} * descriptor_payload(d));
-            for (auto* r : {&s.alloc.aalo, &s.alloc.allocated})
-                r->erase(std::remove_if(r->begin(), r->end(),
-                                        [&](const auto& x) { return x.offset == start; }),
-                         r->end());
+            s.alloc.drop_block(start);
             return;
         }
     }

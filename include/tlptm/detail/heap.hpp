@@ -155,18 +155,62 @@ struct alloc_tx_state {
         claims.clear();
         allocated.clear();
         aalo.clear();
+        forget_aalo_index();
         frees.clear();
         sb_claims.clear();
     }
-    /// True if [offset, offset + n) lies in memory allocated by this transaction. The newest
-    /// block first: stores mostly go to the block just allocated (a transaction that inserts
-    /// hundreds of nodes would otherwise scan them all at every store).
-    bool in_aalo(std::uint64_t offset, std::uint64_t n) const noexcept {
-        for (auto it = aalo.rbegin(); it != aalo.rend(); ++it)
-            if (offset >= it->offset && offset - it->offset <= it->size &&
-                n <= it->size - (offset - it->offset))
+    /// Removes the block starting at `offset` from `allocated` and `aalo` (freed by the
+    /// transaction that allocated it).
+    void drop_block(std::uint64_t offset) {
+        for (auto* r : {&aalo, &allocated})
+            r->erase(std::remove_if(r->begin(), r->end(),
+                                    [&](const range& x) { return x.offset == offset; }),
+                     r->end());
+        forget_aalo_index();
+    }
+    /// True if [offset, offset + n) lies in memory allocated by this transaction. The blocks
+    /// allocated last are looked at first and one by one (stores mostly go to the block just
+    /// allocated); the older ones are kept sorted for a binary search, so that a transaction
+    /// that allocates thousands of blocks (a bulk load) does not scan them all at every access.
+    bool in_aalo(std::uint64_t offset, std::uint64_t n) const {
+        auto holds = [&](const range& r) {
+            return offset >= r.offset && offset - r.offset <= r.size &&
+                   n <= r.size - (offset - r.offset);
+        };
+        if (aalo.size() - indexed_ > aalo_tail_max)
+            index_aalo();
+        for (std::size_t k = aalo.size(); k > indexed_; --k)
+            if (holds(aalo[k - 1]))
                 return true;
-        return false;
+        if (index_.empty())
+            return false;
+        // The last indexed block starting at or before offset (blocks do not overlap).
+        auto it = std::upper_bound(index_.begin(), index_.end(), offset,
+                                   [](std::uint64_t o, const range& r) { return o < r.offset; });
+        return it != index_.begin() && holds(*(it - 1));
+    }
+
+private:
+    /// Blocks allocated since the index was last brought up to date that in_aalo scans one
+    /// by one before it sorts them into the index.
+    static constexpr std::size_t aalo_tail_max = 16;
+    /// aalo[0, indexed_) sorted by offset (a cache, hence mutable: in_aalo is a lookup).
+    mutable std::vector<range> index_;
+    mutable std::size_t indexed_ = 0;
+
+    void index_aalo() const {
+        auto mid = index_.size();
+        index_.insert(index_.end(), aalo.begin() + static_cast<std::ptrdiff_t>(indexed_),
+                      aalo.end());
+        auto by_offset = [](const range& a, const range& b) { return a.offset < b.offset; };
+        std::sort(index_.begin() + static_cast<std::ptrdiff_t>(mid), index_.end(), by_offset);
+        std::inplace_merge(index_.begin(), index_.begin() + static_cast<std::ptrdiff_t>(mid),
+                           index_.end(), by_offset);
+        indexed_ = aalo.size();
+    }
+    void forget_aalo_index() noexcept {
+        index_.clear();
+        indexed_ = 0;
     }
 };
 
