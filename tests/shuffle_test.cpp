@@ -156,6 +156,9 @@ TEST_CASE("discarding an incomplete map task frees exactly its chunks; the rerun
                 store.publish(2, p, bytes.data(), bytes.size());
         CHECK(pool.stats().heap.bytes_in_use == kept + 3ull * o.w.partitions * o.chunk_size);
         CHECK_FALSE(store.complete(2));
+        // write_task checks, before its transaction, that the task has no chunks yet.
+        CHECK_THROWS_AS(write_task(store, 2), std::logic_error);
+        CHECK(pool.stats().heap.bytes_in_use == kept + 3ull * o.w.partitions * o.chunk_size);
     }
     {
         tlptm::pool pool = tlptm::pool::open(path, test_pool(o));

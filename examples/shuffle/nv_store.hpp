@@ -464,16 +464,22 @@ inline std::uint64_t write_task(nv_store& store, std::uint32_t m) {
     std::vector<cursor> cur;
     const bool populate = store.options().populate_chunks;
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    // Checked before the transaction, with plain reads (only this task writes its lists): the
+    // transaction reads nothing, so its commit has no read-set that can fail validation. Read
+    // inside it, the list heads made about one run in two of the default job rerun a whole map
+    // task: tlptm's orecs are shared by granules 4 MiB apart, and in the default job's pool the
+    // descriptor words of 8 superblocks share an orec with a list head; another task's commit
+    // that took one of those superblocks invalidated the read.
+    for (std::uint32_t p = 0; p < w.partitions; ++p)
+        if (store.list(m, p).head.get() != nullptr)
+            throw std::logic_error("map task " + std::to_string(m) +
+                                   " already has chunks: discard_incomplete() first");
     // The commit gate: one map task commits at a time (see nv_store::commit_gate).
     std::unique_lock<std::mutex> gate(store.commit_gate(), std::defer_lock);
     return tlptm::atomic(store.pool(), [&](tlptm::tx& tx) -> std::uint64_t {
         if (gate.owns_lock())
             gate.unlock(); // the previous attempt failed at its commit: retry ungated
         cur.assign(w.partitions, cursor{}); // a retry starts over
-        for (std::uint32_t p = 0; p < w.partitions; ++p)
-            if (store.list(m, p).head.get() != nullptr)
-                throw std::logic_error("map task " + std::to_string(m) +
-                                       " already has chunks: discard_incomplete() first");
         // Raw stores into a block of this transaction: the header words are plain memory here.
         auto set_used = [](chunk* c, std::uint64_t used) {
             std::memcpy(reinterpret_cast<std::uint8_t*>(c) + 8, &used, 8);
