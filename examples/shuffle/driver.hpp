@@ -74,10 +74,6 @@ struct job_options {
     bool populate = true;
     bool task_transaction = true; ///< false: one transaction per chunk, staged records
     bool read_in_place = true;    ///< false: reducers copy the records out of the pool first
-    /// Private buffers, one transaction per map task: bytes of each partition's staging window
-    /// whose whole lines are copied into the chunks with non-temporal stores (0: records are
-    /// generated straight into the chunks; store_options::stream_stage).
-    std::size_t stream_stage = 4096;
 
     std::string pool_path() const {
         return dir + "/tlptm-shuffle-" + std::to_string(::getpid()) + "-" + tag + ".pool";
@@ -95,7 +91,6 @@ struct job_options {
         s.task_transaction = task_transaction;
         s.read_in_place = read_in_place;
         s.populate_chunks = populate && !prefault; // prefaulted pages are mapped already
-        s.stream_stage = stream_stage;
         return s;
     }
 

@@ -47,11 +47,6 @@ Store:
   --chunk-tx            private buffers: one transaction per chunk (records staged in DRAM)
                         instead of one transaction per map task
   --copy-read           tlptm reducers copy the records out of the pool before sorting
-  --stream-stage BYTES  private buffers, one transaction per map task: records are generated
-                        into a staging window of BYTES per partition whose whole cache lines
-                        are copied into the chunk with non-temporal stores (4k; 0 = off)
-  --no-stream           the same as --stream-stage 0: records generated straight into the
-                        chunks with plain stores
   --write-ns N[,N...]   emulated persistent-memory write latency per line (0)
   --dir PATH            pools and shuffle files (/dev/shm)
 Output:
@@ -168,10 +163,6 @@ cli parse(int argc, char** argv) {
             c.job.task_transaction = false;
         } else if (a == "--copy-read") {
             c.job.read_in_place = false;
-        } else if (a == "--stream-stage") {
-            c.job.stream_stage = parse_size(value());
-        } else if (a == "--no-stream") {
-            c.job.stream_stage = 0;
         } else if (a == "--eager") {
             c.job.lazy = false;
         } else if (a == "--write-ns") {

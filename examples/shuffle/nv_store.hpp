@@ -52,13 +52,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <libpmem.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -129,16 +127,6 @@ struct store_options {
     /// writing it, instead of taking a page fault per 4 KiB on first touch (the pool is a file:
     /// a fresh pool's pages exist only once touched). Changes no byte of the pool.
     bool populate_chunks = false;
-    /// write_task: bytes of the volatile staging window per partition (0: off). Records are
-    /// generated into the window, which stays in the CPU cache, and its whole cache lines are
-    /// copied into the chunk with non-temporal stores; the commit's fence orders them as it
-    /// orders its flushes. Without it (0) records are generated straight into the chunk with
-    /// plain stores: each chunk line is first read for ownership, then written back by the
-    /// commit's flush. Reduced to fit stream_budget over all partitions; off if a window would
-    /// hold less than a record and two cache lines.
-    std::size_t stream_stage = 4096;
-    /// write_task: the most staging memory of one map task (all partitions' windows).
-    std::size_t stream_budget = 256 << 10;
 };
 
 /// What discarding the incomplete map tasks did.
@@ -453,79 +441,27 @@ private:
     std::mutex commit_gate_;
 };
 
-/// The staging window of one partition in write_task (stream_stage): how many bytes, or 0 if
-/// the records go straight into the chunks.
-inline std::size_t stream_window(const store_options& o, const workload& w) {
-    constexpr std::size_t line = 64;
-    if (o.stream_stage == 0)
-        return 0;
-    std::size_t s =
-        std::min(o.stream_stage, o.stream_budget / std::max<std::size_t>(1, w.partitions));
-    s = s / line * line;
-    // After a drain the window keeps the last partial line (< 64 bytes), then takes a record.
-    if (s < max_record_bytes(w) + 2 * line)
-        return 0;
-    return s;
-}
-
 /// Private buffers, lazy allocation: runs map task m in ONE transaction that is also its
-/// commit. Records go into chunks the transaction allocates (tx.alloc, then raw stores, no
-/// tx.write: the library flushes every line of every block a transaction allocated before its
-/// commit makes the log entry durable, and logs none of them); a chunk holds whole records;
-/// when a partition's chunk is full the next one is allocated and linked. At the end the
-/// transaction sets the lists' head, tail and counters and the complete flag: the only logged
-/// words, with the allocator's bitmap and descriptor words. Before the commit none of the
-/// task's chunks is reachable or allocated in a crash image; after it all of them are. A retry
-/// (an orec conflict) reruns the task from the start. Returns the chunks allocated.
-///
-/// How the records reach the chunk (store_options::stream_stage): by default each partition
-/// has a small staging window in volatile memory that mirrors the chunk bytes from a cache-line
-/// boundary on; records are generated there (it stays in L1/L2), and when the next record does
-/// not fit, the window's whole lines are copied into the chunk with non-temporal stores (no
-/// read for ownership of the destination, nothing left dirty in the cache for the commit's
-/// flush to write back) and the partial last line moves to the window's start. A chunk's
-/// first bytes (up to the first line boundary after its header) and its last partial line are
-/// plain stores, as are the headers. The non-temporal stores are ordered by the fence the
-/// commit issues after flushing the allocated blocks (F0, or F1 when its entry covers them),
-/// before the log entry can count, so the crash semantics are those of plain stores: the
-/// chunks are neither allocated nor reachable before the commit, durable after it. With
-/// stream_stage = 0 each record is generated straight into its chunk with plain stores.
+/// commit. Records are generated straight into chunks the transaction allocates (tx.alloc,
+/// then plain stores, no staging copy: the library flushes every line of every block a transaction
+/// allocated before its commit makes the log entry durable, and logs none of them); a chunk holds
+/// whole records; when a partition's chunk is full the next one is allocated and linked. At the end
+/// the transaction sets the lists' head, tail and counters and the complete flag: the only
+/// logged words, with the allocator's bitmap and descriptor words. Before the commit none of
+/// the task's chunks is reachable or allocated in a crash image; after it all of them are.
+/// A retry (an orec conflict) reruns the task from the start. Returns the chunks allocated.
 inline std::uint64_t write_task(nv_store& store, std::uint32_t m) {
-    constexpr std::uintptr_t line = 64;
     const workload& w = store.job();
     const std::size_t cap = store.chunk_capacity();
     const std::size_t chunk_bytes = store.chunk_size();
-    const std::size_t window = stream_window(store.options(), w);
     struct cursor {
         chunk* head = nullptr;
         chunk* tail = nullptr;
-        std::uint8_t* at = nullptr; ///< where the next record goes in the tail chunk
+        std::uint8_t* at = nullptr; ///< next free byte of the tail chunk
         std::uint8_t* end = nullptr;
-        /// Streaming: bytes [from, at) of the tail chunk are in the window, not yet in the
-        /// chunk; window byte i stands for chunk byte line_of(from) + i.
-        std::uint8_t* from = nullptr;
-        std::uint8_t* stage = nullptr; ///< the window (line-aligned), streaming only
         std::uint64_t bytes = 0, chunks = 0;
     };
     std::vector<cursor> cur;
-    std::unique_ptr<std::uint8_t[]> stage_memory;
-    std::uint8_t* stage_base = nullptr;
-    if (window > 0) {
-        stage_memory = std::make_unique_for_overwrite<std::uint8_t[]>(window * w.partitions + line);
-        auto a = reinterpret_cast<std::uintptr_t>(stage_memory.get());
-        stage_base = stage_memory.get() + ((a + line - 1) / line * line - a);
-    }
-    auto line_of = [](const std::uint8_t* a) {
-        return reinterpret_cast<std::uint8_t*>(reinterpret_cast<std::uintptr_t>(a) & ~(line - 1));
-    };
-    // Copies the window's bytes [c.from, to) into the chunk: whole lines with non-temporal
-    // stores (libpmem copies a partial first or last line with plain stores and flushes it).
-    auto drain = [&](cursor& c, std::uint8_t* to) {
-        if (to > c.from)
-            pmem_memcpy(c.from, c.stage + (c.from - line_of(c.from)),
-                        static_cast<std::size_t>(to - c.from),
-                        PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
-    };
     const bool populate = store.options().populate_chunks;
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     // Checked before the transaction, with plain reads (only this task writes its lists): the
@@ -544,73 +480,42 @@ inline std::uint64_t write_task(nv_store& store, std::uint32_t m) {
         if (gate.owns_lock())
             gate.unlock(); // the previous attempt failed at its commit: retry ungated
         cur.assign(w.partitions, cursor{}); // a retry starts over
-        if (window > 0)
-            for (std::uint32_t p = 0; p < w.partitions; ++p)
-                cur[p].stage = stage_base + std::size_t{p} * window;
         // Raw stores into a block of this transaction: the header words are plain memory here.
         auto set_used = [](chunk* c, std::uint64_t used) {
             std::memcpy(reinterpret_cast<std::uint8_t*>(c) + 8, &used, 8);
         };
-        auto new_chunk = [&](cursor& c) {
-            auto* k = static_cast<chunk*>(tx.alloc(chunk_bytes));
-            if (populate) { // best effort: without it the first stores fault the pages in
-                auto from = reinterpret_cast<std::uintptr_t>(k) & ~(page - 1);
-                auto to =
-                    (reinterpret_cast<std::uintptr_t>(k) + chunk_bytes + page - 1) & ~(page - 1);
-                (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE);
-            }
-            std::memset(static_cast<void*>(k), 0, chunk_header_bytes);
-            if (c.tail != nullptr) {
-                if (window > 0)
-                    drain(c, c.at);
-                set_used(c.tail, static_cast<std::uint64_t>(c.at - chunk_data(c.tail)));
-                std::memcpy(static_cast<void*>(c.tail), &k, sizeof k); // tail->next = k
-            } else {
-                c.head = k;
-            }
-            c.tail = k;
-            c.at = c.from = chunk_data(k);
-            c.end = c.at + cap;
-            ++c.chunks;
-        };
-        map_summary s;
-        if (window == 0) {
-            s = run_map_into(w, m, [&](std::uint32_t p, std::size_t n) {
-                cursor& c = cur[p];
-                if (static_cast<std::size_t>(c.end - c.at) < n)
-                    new_chunk(c);
-                std::uint8_t* at = c.at; // the record is generated here, in the chunk
-                c.at += n;
-                c.bytes += n;
-                return at;
-            });
-        } else {
-            s = run_map_into(w, m, [&](std::uint32_t p, std::size_t n) {
-                cursor& c = cur[p];
-                if (static_cast<std::size_t>(c.end - c.at) < n) {
-                    new_chunk(c);
-                } else if (static_cast<std::size_t>(c.at + n - line_of(c.from)) > window) {
-                    // The window is full: its whole lines go to the chunk, the partial last
-                    // line (if any) moves to the window's start.
-                    std::uint8_t* cut = line_of(c.at);
-                    drain(c, cut);
-                    std::memmove(c.stage, c.stage + (cut - line_of(c.from)),
-                                 static_cast<std::size_t>(c.at - cut));
-                    c.from = cut;
+        map_summary s = run_map_into(w, m, [&](std::uint32_t p, std::size_t n) {
+            cursor& c = cur[p];
+            if (static_cast<std::size_t>(c.end - c.at) < n) {
+                auto* k = static_cast<chunk*>(tx.alloc(chunk_bytes));
+                if (populate) { // best effort: without it the first stores fault the pages in
+                    auto from = reinterpret_cast<std::uintptr_t>(k) & ~(page - 1);
+                    auto to = (reinterpret_cast<std::uintptr_t>(k) + chunk_bytes + page - 1) &
+                              ~(page - 1);
+                    (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE);
                 }
-                std::uint8_t* at = c.stage + (c.at - line_of(c.from)); // generated here
-                c.at += n;
-                c.bytes += n;
-                return at;
-            });
-        }
+                std::memset(static_cast<void*>(k), 0, chunk_header_bytes);
+                if (c.tail != nullptr) {
+                    set_used(c.tail, static_cast<std::uint64_t>(c.at - chunk_data(c.tail)));
+                    std::memcpy(static_cast<void*>(c.tail), &k, sizeof k); // tail->next = k
+                } else {
+                    c.head = k;
+                }
+                c.tail = k;
+                c.at = chunk_data(k);
+                c.end = c.at + cap;
+                ++c.chunks;
+            }
+            std::uint8_t* at = c.at; // the record is generated here, in the chunk
+            c.at += n;
+            c.bytes += n;
+            return at;
+        });
         std::uint64_t chunks = 0;
         for (std::uint32_t p = 0; p < w.partitions; ++p) {
             cursor& c = cur[p];
             if (c.tail == nullptr)
                 continue;
-            if (window > 0)
-                drain(c, c.at);
             set_used(c.tail, static_cast<std::uint64_t>(c.at - chunk_data(c.tail)));
             chunk_list& l = store.list(m, p);
             l.head = c.head;
