@@ -387,6 +387,11 @@ TEST_CASE("scheduled sweep: another thread's checkpoint settles a deferred write
                  [](tlptm::log_mode m, std::uint64_t) { return ss::settle_helper(m, 8); });
 }
 
+TEST_CASE("scheduled sweep: checkpoints while another thread commits (in_flight before ts)") {
+    sweep_family("in-flight-race",
+                 [](tlptm::log_mode m, std::uint64_t) { return ss::in_flight_race(m, 8); });
+}
+
 TEST_CASE("scheduled sweep: conflicts, and serial mode after repeated aborts") {
     auto serial = std::make_shared<std::atomic<int>>(0);
     family_total t = sweep_family("serial-mode", [serial](tlptm::log_mode m, std::uint64_t) {
@@ -460,6 +465,27 @@ TEST_CASE("mutation volatile_ct: block reuse trusting a CT that is not durable i
     MESSAGE("volatile_ct: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
                                       << c.failing_points
                                       << " failing crash points; first: " << c.first);
+    CHECK(c.caught_runs > 0);
+}
+
+TEST_CASE("mutation late_in_flight: in_flight published after the timestamp is caught") {
+    // A checkpoint that reads the clock between a commit's fetch_add and its in_flight store
+    // persists a CT at or above that commit's timestamp; the commit returns with its write-back
+    // not yet flushed (eager: the slot's next commit flushes it), and a crash then loses it
+    // (recovery skips entries at or below CT).
+    settings s = get_settings();
+    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 120 : 16);
+    caught c = run_mutation([](std::uint64_t seed) { return ss::in_flight_race(mode_of(seed), 8); },
+                            [](sweep_config& cfg, std::uint64_t) {
+                                cfg.lib_mut = lib_mutation::late_in_flight;
+                                cfg.schedule.pct =
+                                    false; // a random walk hands over inside the commit's window
+                                cfg.schedule.walk_switch = 2;
+                            },
+                            seeds);
+    MESSAGE("late_in_flight: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
+                                         << c.failing_points
+                                         << " failing crash points; first: " << c.first);
     CHECK(c.caught_runs > 0);
 }
 

@@ -267,8 +267,14 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     tx_write_unchecked(s, dst, src, n);
 }
 
-/// Starts an attempt: a fresh snapshot and empty sets.
-inline void begin(thread_slot& s) {
+/// Starts an attempt with empty sets. The snapshot is a lower bound of the clock: the clock
+/// itself when `fresh` (a retry), else the newest timestamp this slot already knows (its last
+/// snapshot or commit), so that a first attempt does not read the clock's cache line, which
+/// every other thread's commit takes away. A stale snapshot costs nothing in correctness: a
+/// word written since has a version above it and its read extends the snapshot (validating
+/// every earlier read), so the attempt still sees only the newest committed values. It only
+/// makes the commit validate its reads.
+inline void begin(thread_slot& s, bool fresh) {
     s.writes.clear();
     s.reads.clear();
     s.locks.clear();
@@ -277,9 +283,15 @@ inline void begin(thread_slot& s) {
     s.committed = false;
     s.nested_error = nullptr;
     s.overflow_check_at = words_that_surely_fit(s);
-    // I3: enter() published a lower bound of the start (active_since, seq_cst) before this
-    // snapshot is read, so a reclaimer either sees this attempt or this attempt sees the free.
-    s.snapshot = s.pool->clock.load(std::memory_order_seq_cst);
+    s.snapshot =
+        fresh ? s.pool->clock.load(std::memory_order_seq_cst) : std::max(s.snapshot, s.last_ts);
+    // I3: enter() marked the slot taken (active_since = 1, seq_cst) before any read; now the
+    // bound becomes snapshot + 1, never above the snapshot. A reclaimer that scanned before
+    // the mark handed out only blocks whose free had committed and was written back before
+    // this attempt began: every word the attempt reads shows the state after the free (a word
+    // the free changed has a version above a stale snapshot and is re-validated), so no
+    // pointer it follows leads into the reused block.
+    s.active_since.store(s.snapshot + 1, std::memory_order_release);
 }
 
 /// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
@@ -499,11 +511,15 @@ inline void commit(thread_slot& s) {
     // write-back is still pending it already holds CT below the oldest of them.
     bool previous_unfenced = s.unapplied_ts.load(std::memory_order_relaxed) != 0;
     sched(sched_point::in_flight, &s);
-    if (!previous_unfenced)
-        s.in_flight.store(st.clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    // The bound is snapshot + 1 <= clock + 1 <= ts, so taking it costs no read of the clock's
+    // line. Release is enough: the fetch_add below releases it too, so a checkpoint whose
+    // (acquire) read of the clock returns ts or more also sees this store.
+    const bool late = mutated(mutation::late_in_flight); // the bug this order prevents
+    if (!previous_unfenced && !late)
+        s.in_flight.store(s.snapshot + 1, std::memory_order_release);
     sched(sched_point::clock, &st.clock);
     std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
-    if (!previous_unfenced)
+    if (!previous_unfenced && !late)
         s.in_flight.store(ts, std::memory_order_release);
     const bool lazy = st.write_back_mode == write_back::lazy;
     bool touched = false, committed = false;
@@ -553,6 +569,10 @@ inline void commit(thread_slot& s) {
         // fence also completes the previous commit's write-back flushes (its deferred F2).
         st.persist.fence(s.pctx);
         committed = true;
+        if (late && !previous_unfenced) {
+            sched(sched_point::in_flight, &s);
+            s.in_flight.store(ts, std::memory_order_release);
+        }
         if (!lazy && previous_unfenced) {
             s.dirty_lines.clear();
             s.unapplied_ts.store(0, std::memory_order_relaxed);
@@ -738,13 +758,14 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         detail::pool_state& st;
         detail::thread_slot& s;
         const bool serial;
-        attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_)
+        attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_,
+                      bool fresh)
             : st(st_), s(take(st_, preferred, serial_)), serial(serial_) {
             s.serial = serial;
             if (&s != preferred)
                 detail::this_thread_registry.remember(st, s);
             detail::current_tx = &s;
-            detail::begin(s);
+            detail::begin(s, fresh);
         }
         static detail::thread_slot& take(detail::pool_state& st, detail::thread_slot* preferred,
                                          bool serial) {
@@ -764,7 +785,7 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
     };
     for (unsigned aborts = 0;; ++aborts) {
         {
-            attempt_scope scope(st, preferred, aborts >= serial_after_aborts);
+            attempt_scope scope(st, preferred, aborts >= serial_after_aborts, aborts > 0);
             detail::thread_slot& s = scope.s;
             preferred = &s;
             tx t(s);

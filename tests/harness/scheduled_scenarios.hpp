@@ -401,6 +401,33 @@ inline scenario settle_helper(tlptm::log_mode mode, int n) {
     return s;
 }
 
+/// Worker 0 commits small transactions one after another; worker 1 checkpoints over and over
+/// (as a thread whose ring wraps or that reclaims frees does): each checkpoint settles worker
+/// 0's deferred write-back, so worker 0's next commit publishes a fresh in_flight bound, and a
+/// checkpoint that reads the clock after that commit took its timestamp but before the bound
+/// is visible must not let CT reach the timestamp (mutation late_in_flight).
+inline scenario in_flight_race(tlptm::log_mode mode, int n) {
+    scenario s = words3("in-flight-race", mode, 2);
+    s.scheduled = [n](tlptm::pool& p, recorder& rec, scheduler& sch) {
+        std::atomic<bool> done{false};
+        sch.run({
+            [&, n](int) {
+                for (int k = 1; k <= n; ++k)
+                    own_tx(p, rec, 0, static_cast<std::uint64_t>(k), false);
+                done.store(true);
+            },
+            [&](int) {
+                tlptm::detail::persist_ctx ctx; // a checkpointer's own, like a thread slot's
+                while (!done.load()) {
+                    p.state_ptr()->checkpoint(ctx);
+                    scheduler::yield();
+                }
+            },
+        });
+    };
+    return s;
+}
+
 /// Three workers increment the shared counter with scheduling points between its read and its
 /// write: their transactions conflict, and one that aborts 16 times in a row runs alone (serial
 /// mode, an exclusive section the others wait for). `serial` counts the calls that ran their

@@ -53,7 +53,7 @@ struct pool_state;
 /// One thread slot: its log ring, the ring's volatile write position, the persistence context
 /// and the transaction descriptor. A slot is held by one transaction attempt at a time
 /// (active_since != 0), whatever thread runs it.
-struct thread_slot {
+struct alignas(64) thread_slot { // slots written by different threads share no cache line
     pool_state* pool = nullptr;
     std::uint32_t index = 0;
 
@@ -100,9 +100,9 @@ struct thread_slot {
     std::vector<std::uint64_t> dirty_lines; ///< guarded by fence_lock
     spin_lock fence_lock; ///< held by the owner from commit step 1 to the end of write-back
 
-    /// While an attempt runs: 1 + a lower bound of the clock when it began, else 0. Read by
-    /// exclusive sections (which wait for it to clear) and by I3 (memory freed at ts f is
-    /// reused only once every running attempt began at clock >= f).
+    /// While an attempt runs: 1 + a lower bound of its snapshot (1 until begin() sets it),
+    /// else 0. Read by exclusive sections (which wait for it to clear) and by I3 (memory freed
+    /// at ts f is reused only once every running attempt's snapshot is >= f).
     std::atomic<std::uint64_t> active_since{0};
 };
 
@@ -124,9 +124,12 @@ struct pool_state {
     std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
     std::uint64_t meta_begin = 0, meta_end = 0;
 
-    /// The global version clock: the last commit timestamp handed out.
-    std::atomic<std::uint64_t> clock{0};
-    orec_table orecs;
+    /// The global version clock: the last commit timestamp handed out. Alone in its cache
+    /// line: every commit's fetch_add takes the line away from the other threads, and the
+    /// read-mostly fields around it (orecs, heap bounds, exclusive_flag) are read on every
+    /// transactional access.
+    alignas(64) std::atomic<std::uint64_t> clock{0};
+    alignas(64) orec_table orecs;
     /// Non-zero while a serial transaction or an exclusive section (close, recover) runs.
     std::atomic<std::uint32_t> exclusive_flag{0};
     std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
@@ -201,7 +204,8 @@ struct pool_state {
     /// clock, lowered below every timestamp still between step 1 and step 6 (I2).
     std::uint64_t safe_checkpoint() const noexcept {
         // Order matters: a committer publishes in_flight before it takes ts from the clock
-        // (both seq_cst), so any ts <= c is either finished or visible in in_flight here.
+        // (a release store, then a fetch_add that releases it too), so once this load returns
+        // c, any ts <= c is either finished or visible in in_flight here.
         std::uint64_t safe = clock.load(std::memory_order_seq_cst);
         for (const auto& s : slots) {
             std::uint64_t f = s->in_flight.load(std::memory_order_seq_cst);
@@ -337,7 +341,9 @@ struct pool_state {
 
     /// Takes a free slot, `preferred` first; nullptr if every slot is taken.
     thread_slot* take_slot(thread_slot* preferred) noexcept {
-        const std::uint64_t since = clock.load(std::memory_order_relaxed) + 1;
+        // Marked with the lowest bound (clock 0) until begin() knows the attempt's snapshot:
+        // reading the clock here would cost a cache miss whenever another thread committed.
+        const std::uint64_t since = 1;
         auto take = [&](thread_slot& s) {
             std::uint64_t expect = 0;
             return s.active_since.load(std::memory_order_relaxed) == 0 &&

@@ -37,6 +37,7 @@ enum class mutation : std::uint8_t {
     volatile_ct,       ///< CT decisions read the header word instead of the durable CT (I2)
     no_commit_cleanup, ///< a commit whose persistence fails leaves locks and in_flight behind
     aalo_not_covered,  ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
+    late_in_flight,    ///< a commit publishes in_flight after its F1, not before taking ts (I2)
 };
 
 #if defined(TLPTM_SCHED_HOOKS)
