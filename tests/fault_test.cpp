@@ -36,7 +36,7 @@ private:
 
 bool orec_locked(tlptm::pool& p, const void* addr) {
     auto& st = p.state();
-    auto idx = tlptm::detail::orec_table::index(st.offset_of(addr));
+    auto idx = st.orecs.index(st.offset_of(addr));
     return tlptm::detail::orec_table::locked(st.orecs[idx].load());
 }
 

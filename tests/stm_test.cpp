@@ -450,3 +450,73 @@ TEST_CASE("slots are held by running transactions: idle threads hold none, extra
     stop_idle = true;
     idle.join();
 }
+
+TEST_CASE("orecs: the allocator's metadata never shares an orec with the heap") {
+    // Before, orecs were indexed by the offset alone, so a bitmap or descriptor word shared its
+    // orec with heap words a multiple of 4 MiB away: an allocation invalidated their readers.
+    tlptm_test::temp_path path("orec-split");
+    auto o = tlptm_test::small_options(tlptm::log_mode::tlptm);
+    o.size = std::size_t{64} << 20;
+    auto pool = tlptm::pool::create(path, o);
+    const auto& st = pool.state();
+    using tlptm::detail::orec_table;
+    REQUIRE(st.meta_end <= st.heap_begin);
+    std::set<std::uint32_t> meta;
+    for (std::uint64_t off = st.meta_begin; off < st.meta_end; off += 8) {
+        std::uint32_t i = st.orecs.index(off);
+        CHECK(i >= orec_table::size);
+        CHECK(i < orec_table::count);
+        meta.insert(i);
+    }
+    std::size_t aliased = 0;
+    for (std::uint64_t off = st.heap_begin; off < st.heap_end; off += 8) {
+        std::uint32_t i = st.orecs.index(off);
+        aliased += i >= orec_table::size || meta.count(i) != 0;
+    }
+    CHECK(aliased == 0);
+    CHECK(st.orecs.index(st.heap_begin) != st.orecs.index(st.heap_begin + 32)); // granules
+    CHECK(st.orecs.index(st.heap_begin) == st.orecs.index(st.heap_begin + 24));
+
+    // And in a transaction: a reader of one word in every heap orec (a 4 MiB block, one word
+    // per granule) is not invalidated by another thread's allocations, whose bitmap and
+    // descriptor stores hit orecs that, before, were those of some of these words.
+    struct root_t {
+        tlptm::p<std::uint64_t*> block;
+        tlptm::p<std::uint64_t> sum;
+    };
+    auto* r = pool.root<root_t>();
+    constexpr std::size_t span = orec_table::size << orec_table::granule_log2; // 4 MiB
+    tlptm::atomic(pool,
+                  [&](tlptm::tx& tx) { r->block = static_cast<std::uint64_t*>(tx.alloc(span)); });
+    std::uint64_t* block = r->block;
+    std::vector<void*> kept;
+    int attempts = 0;
+    std::atomic<bool> read{false}, allocated{false};
+    std::thread other([&] {
+        while (!read.load())
+            std::this_thread::yield();
+        // Only the allocator's words are written: the blocks are kept in volatile memory
+        // (and freed below), not linked from the heap.
+        for (int k = 0; k < 64; ++k)
+            kept.push_back(tlptm::atomic(pool, [&](tlptm::tx& tx) { return tx.alloc(48); }));
+        allocated.store(true);
+    });
+    tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        ++attempts;
+        std::uint64_t sum = 0;
+        for (std::size_t w = 0; w < span / 8; w += 4)
+            sum += tx.load(block + w);
+        read.store(true);
+        while (!allocated.load())
+            std::this_thread::yield();
+        r->sum = sum + 1;
+    });
+    other.join();
+    CHECK(attempts == 1);
+    CHECK(r->sum.get() >= 1);
+    CHECK(pool.stats().heap.bytes_in_use >= span + 64 * 48);
+    tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        for (void* k : kept)
+            tx.free(k);
+    });
+}

@@ -87,7 +87,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
             out[k] = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
         return;
     }
-    std::uint32_t idx = orec_table::index(offset);
+    std::uint32_t idx = st.orecs.index(offset);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
     for (unsigned spins = 0;;) {
         std::uint64_t o1 = orec.load(std::memory_order_acquire);
@@ -327,7 +327,7 @@ inline void lock_write_set(thread_slot& s) {
     const std::uint64_t mine = orec_table::make_lock(s.index);
     std::uint32_t previous = ~std::uint32_t{0};
     for (const log_record& r : s.writes.entries()) {
-        std::uint32_t idx = orec_table::index(r.offset);
+        std::uint32_t idx = orecs.index(r.offset);
         if (idx == previous)
             continue; // the words of a granule are adjacent in the sorted set
         previous = idx;

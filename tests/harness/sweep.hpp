@@ -661,7 +661,7 @@ private:
             return;
         tlptm::detail::pool_state& st = p.state();
         std::size_t locked = 0;
-        for (std::uint32_t i = 0; i < tlptm::detail::orec_table::size; ++i)
+        for (std::uint32_t i = 0; i < tlptm::detail::orec_table::count; ++i)
             if (tlptm::detail::orec_table::locked(st.orecs[i].load()))
                 ++locked;
         if (locked > 0)

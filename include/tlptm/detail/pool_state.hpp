@@ -430,6 +430,7 @@ struct pool_state {
         write_back_mode = opt.write_back;
         write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
         heap_begin = header->heap_offset;
+        orecs.set_heap_begin(heap_begin);
         heap_end = header->heap_offset + header->heap_size;
         meta_begin = header->meta_offset;
         meta_end = header->meta_offset + header->meta_size;

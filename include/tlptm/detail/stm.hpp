@@ -57,18 +57,32 @@ struct tx_retry {};
 
 class orec_table {
 public:
-    // 128 Ki orecs (1 MiB, mostly cache-resident), one per 32-byte granule: a small object
-    // (a hash-table node) is covered by one orec, so reading it costs one orec miss at most.
+    // 128 Ki orecs (1 MiB, mostly cache-resident) for the heap, one per 32-byte granule: a
+    // small object (a hash-table node) is covered by one orec, so reading it costs one orec miss
+    // at most. The allocator's metadata (below the heap) has 16 Ki orecs of its own, so that an
+    // allocation's bitmap and descriptor stores never invalidate a reader of application data
+    // that happens to lie a multiple of 4 MiB away (they used to share orecs: a map task of
+    // tlptm-shuffle reran whenever another task's commit took a superblock whose descriptor
+    // aliased one of its list heads).
     static constexpr std::size_t size_log2 = 17;
     static constexpr std::size_t size = std::size_t{1} << size_log2;
+    static constexpr std::size_t meta_size = std::size_t{1} << 14;
+    static constexpr std::size_t count = size + meta_size; ///< orecs in all
     static constexpr unsigned granule_log2 = 5;
 
-    orec_table() : orecs_(new std::atomic<std::uint64_t>[size]) {} // C++20: value-initialised
+    orec_table() : orecs_(new std::atomic<std::uint64_t>[count]) {} // zeroed (C++20)
+
+    /// Offsets below `heap_begin` are the allocator's metadata (pool_state::init_after_map).
+    void set_heap_begin(std::uint64_t heap_begin) noexcept { heap_begin_ = heap_begin; }
 
     /// The orec of the word at pool offset `offset` (8-aligned). The four words of a 32-byte
-    /// granule share one; granules 4 MiB apart share one.
-    static std::uint32_t index(std::uint64_t offset) noexcept {
-        return static_cast<std::uint32_t>((offset >> granule_log2) & (size - 1));
+    /// granule share one; heap granules 4 MiB apart share one, metadata granules 512 KiB apart
+    /// share one; a heap granule and a metadata granule never do.
+    std::uint32_t index(std::uint64_t offset) const noexcept {
+        const std::uint64_t g = offset >> granule_log2;
+        if (offset < heap_begin_)
+            return static_cast<std::uint32_t>(size + (g & (meta_size - 1)));
+        return static_cast<std::uint32_t>(g & (size - 1));
     }
     std::atomic<std::uint64_t>& operator[](std::uint32_t i) const noexcept { return orecs_[i]; }
 
@@ -81,6 +95,7 @@ public:
 
 private:
     std::unique_ptr<std::atomic<std::uint64_t>[]> orecs_;
+    std::uint64_t heap_begin_ = 0;
 };
 
 /// A seed that differs between threads (the address of a thread-local object).
