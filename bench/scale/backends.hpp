@@ -137,6 +137,7 @@ struct bank_config {
     std::uint64_t accounts = 0; ///< number of accounts
     std::int64_t initial = 0;   ///< balance of every account at creation
     unsigned threads = 1;       ///< threads that run transfers at once
+    tlptm::durability durability = tlptm::durability::emulate_pmem; ///< how tlptm persists
 };
 
 /// The sum of all balances and the smallest one (a consistency check after a run).
@@ -230,7 +231,7 @@ private:
     static tlptm::pool_options options_for(const bank_config& c) {
         tlptm::pool_options o;
         o.mode = tlptm::log_mode::tlptm;
-        o.durability = tlptm::durability::emulate_pmem;
+        o.durability = c.durability;
         o.emulate_write_ns = 0;
         o.max_threads = c.threads + 2; // the workers, and the thread that fills and checks
         o.size = (std::size_t{64} << 20) + std::size_t{o.max_threads} * (std::size_t{2} << 20) +

@@ -72,6 +72,7 @@ void print_usage(std::FILE* out) {
              "  --fit-all            fit the USL to the oversubscribed thread counts too\n"
              "  --pin                pin worker t to the t-th allowed CPU\n"
              "  --pool-dir DIR       where the pool files go (default /dev/shm, else $TMPDIR)\n"
+             "  --durability D       tlptm: pmem (emulated persistent memory, default) or msync\n"
              "  --csv FILE           points; FILE-fits.csv and FILE-curves.csv are written beside\n"
              "  --json FILE          everything, every repetition included\n"
              "  --seed N             random seed (default 1)\n"
@@ -204,6 +205,14 @@ options parse(int argc, char** argv) {
             o.fit_all = true;
         } else if (a == "--pool-dir") {
             o.pool_dir = value();
+        } else if (a == "--durability") {
+            const std::string d = value();
+            if (d == "pmem")
+                o.cfg.durability = tlptm::durability::emulate_pmem;
+            else if (d == "msync")
+                o.cfg.durability = tlptm::durability::msync;
+            else
+                throw usage_error("--durability: pmem or msync");
         } else if (a == "--csv") {
             o.csv = value();
         } else if (a == "--json") {
@@ -353,8 +362,9 @@ int main(int argc, char** argv) {
         std::printf(" (* oversubscribed)\n");
         std::printf("  %u repetitions of %.2f s per point, each on a fresh pool in %s\n", o.reps,
                     o.cfg.seconds, o.cfg.pool_path.c_str());
-        std::printf("  tlptm: log mode tlptm, durability::emulate_pmem; PMDK: libpmemobj %s with "
+        std::printf("  tlptm: log mode tlptm, durability::%s; PMDK: libpmemobj %s with "
                     "striped locks, PMEM_IS_PMEM_FORCE=1\n",
+                    o.cfg.durability == tlptm::durability::msync ? "msync" : "emulate_pmem",
                     h.pmemobj_version.c_str());
         std::printf("  lookup / b / c: %llu preloaded keys; disjoint: %llu keys per thread; "
                     "bank: %llu accounts per thread, %llu hot\n",

@@ -104,6 +104,9 @@ struct scale_config {
     /// Pin worker t to the t-th CPU this process may use (modulo their number), so that the
     /// scheduler does not move threads between cores or sockets during a run.
     bool pin = false;
+    /// tlptm's durability: emulated persistent memory (the default) or msync (a file that is
+    /// not persistent memory: every fence is an msync of the pages written since the last one).
+    tlptm::durability durability = tlptm::durability::emulate_pmem;
 
     /// Preloaded keys of a table workload. disjoint: `range` keys for each of max_threads
     /// threads, so that the table is the same at every thread count.
@@ -353,6 +356,7 @@ private:
         c.bucket_count = std::bit_ceil(std::max<std::uint64_t>(4 * preload, 16));
         c.max_nodes = preload + (kind == workload_kind::b ? insert_cap * threads : 0);
         c.threads = threads;
+        c.durability = cfg.durability;
         return c;
     }
 
@@ -384,7 +388,7 @@ public:
 
     bank_run(double conflict, const scale_config& cfg, unsigned threads)
         : cfg_(cfg), conflict_threshold_(threshold_of(conflict)), accounts_(cfg.bank_accounts()),
-          bank_(bank_config{cfg.pool_path, accounts_, initial, threads}) {
+          bank_(bank_config{cfg.pool_path, accounts_, initial, threads, cfg.durability}) {
         if (cfg.hot < 2 || cfg.accounts < 2)
             throw std::invalid_argument("bank: the hot set and each thread's range need at "
                                         "least 2 accounts");

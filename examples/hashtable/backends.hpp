@@ -49,6 +49,8 @@ struct backend_config {
     std::uint64_t bucket_count = 1024;
     std::uint64_t max_nodes = 0; ///< keys the table will hold at most
     unsigned threads = 1;        ///< threads that run transactions at once
+    /// tlptm only: how stores are made durable (emulated persistent memory, or msync)
+    tlptm::durability durability = tlptm::durability::emulate_pmem;
 };
 
 /// Removes a file when destroyed (declared first in a backend: it goes last).
@@ -117,7 +119,7 @@ private:
     static tlptm::pool_options options_for(const backend_config& c) {
         tlptm::pool_options o;
         o.mode = c.mode;
-        o.durability = tlptm::durability::emulate_pmem;
+        o.durability = c.durability;
         o.emulate_write_ns = c.write_ns;
         // TLPTM_WRITE_BACK=eager|lazy compares the two write-back policies (default: the
         // library's, eager).
