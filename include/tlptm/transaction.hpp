@@ -290,7 +290,10 @@ inline void begin(thread_slot& s, bool fresh) {
     // the mark handed out only blocks whose free had committed and was written back before
     // this attempt began: every word the attempt reads shows the state after the free (a word
     // the free changed has a version above a stale snapshot and is re-validated), so no
-    // pointer it follows leads into the reused block.
+    // pointer it follows leads into the reused block. ("Before" is the order of the slot's
+    // locked CAS against the reclaimer's scan; on x86 the CAS is a full barrier, so this
+    // attempt's reads come after it. A fresh snapshot's read of the clock would add a C++
+    // synchronizes-with edge from the free's commit; the stale one relies on the CAS.)
     s.active_since.store(s.snapshot + 1, std::memory_order_release);
 }
 
