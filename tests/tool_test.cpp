@@ -538,6 +538,84 @@ TEST_CASE("tool: the allocator as recovery will rebuild it") {
     }
 }
 
+TEST_CASE("tool: an entry recovery refuses (its covered block is not durable) is not replayed") {
+    temp_path path("refused");
+    make_pool(path);
+    const std::vector<std::uint8_t> before = read_bytes(path);
+    temp_path where("refused-offset");
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        try {
+            auto pool = tlptm::pool::open(path, small_options());
+            auto* r = pool.root<tool_root>();
+            // One insert: its 24-byte node is covered by the entry (a CRC of its bytes).
+            auto* n = tlptm::atomic(pool, [&] {
+                auto* x = tlptm::make<tool_root>();
+                x->a = 0x1234;
+                r->a = reinterpret_cast<std::uintptr_t>(x);
+                return x;
+            });
+            std::uint64_t off = static_cast<std::uint64_t>(reinterpret_cast<std::uint8_t*>(n) -
+                                                           static_cast<std::uint8_t*>(pool.base()));
+            std::FILE* f = std::fopen(where.str().c_str(), "w");
+            if (f && std::fprintf(f, "%llu\n", static_cast<unsigned long long>(off)) > 0 &&
+                std::fclose(f) == 0)
+                ::_exit(0); // crash: the entry is the ring's last
+        } catch (...) {
+        }
+        ::_exit(3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    unsigned long long node = 0;
+    {
+        std::FILE* f = std::fopen(where.str().c_str(), "r");
+        REQUIRE(f != nullptr);
+        REQUIRE(std::fscanf(f, "%llu", &node) == 1);
+        std::fclose(f);
+    }
+    SUBCASE("the node is durable: the entry is replayed") {
+        auto r = run_tool({"info", path, "--json"});
+        INFO(r.out);
+        CHECK(json_number(r.out, "entries_refused") == 0);
+        CHECK(json_number(r.out, "bytes_in_use") == (64u << 10) + 32);
+    }
+    SUBCASE("only the log entry reached persistent memory: the entry is refused") {
+        // A crash before the commit's fence completed: the entry's non-temporal stores drained,
+        // the node's line did not, and nothing was written back yet. The image is the pool
+        // before the transaction with the rings of the pool after it.
+        std::vector<std::uint8_t> image = before;
+        const std::vector<std::uint8_t> after = read_bytes(path);
+        const pool_geometry g = geometry_of(after);
+        const std::uint64_t rings_end = g.log_offset + g.max_threads * g.ring_size;
+        REQUIRE(node >= rings_end);
+        std::copy(after.begin() + static_cast<std::ptrdiff_t>(g.log_offset),
+                  after.begin() + static_cast<std::ptrdiff_t>(rings_end),
+                  image.begin() + static_cast<std::ptrdiff_t>(g.log_offset));
+        tlptm_test::write_file(path, image);
+        auto r = run_tool({"info", path, "--json"});
+        INFO(r.out);
+        CHECK(r.status == 0);
+        CHECK(json_number(r.out, "entries_refused") == 1);
+        CHECK(json_number(r.out, "bytes_in_use") == (64u << 10)); // the node is not allocated
+        r = run_tool({"info", path});
+        CHECK(contains(r.out, "recovery would refuse 1 entry as never committed"));
+        // Recovery agrees with the tool.
+        {
+            auto pool = tlptm::pool::open(path, small_options());
+            CHECK(pool.last_recovery().entries_uncommitted == 1);
+            CHECK(pool.stats().heap.bytes_in_use == (64u << 10));
+            CHECK(pool.root<tool_root>()->a.get() == 0);
+        }
+        r = run_tool({"info", path, "--json"});
+        CHECK(json_number(r.out, "entries_refused") == 0);
+        CHECK(json_number(r.out, "bytes_in_use") == (64u << 10));
+    }
+}
+
 TEST_CASE("tool: allocator metadata is checked after the replay, as recovery rebuilds it") {
     temp_path path("alloc-replay");
     make_pool(path);

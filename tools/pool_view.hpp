@@ -28,6 +28,7 @@
 #include <tlptm/detail/layout.hpp>
 #include <tlptm/errors.hpp>
 #include <tlptm/log.hpp>
+#include <tlptm/recovery.hpp>
 #include <tlptm/stats.hpp>
 
 namespace tlptm::tool {
@@ -128,6 +129,9 @@ struct allocator_summary {
     bool log_refused = false;
     std::string error; ///< heap::rebuild's complaint without the pool prefix
     std::uint64_t entries_replayed = 0;
+    /// Entries with ts > CT that recovery would not replay: a ring's last entry whose covered
+    /// blocks do not match (its transaction never committed; recovery::refused_entries).
+    std::uint64_t entries_refused = 0;
     std::uint64_t root_superblocks = 0;
     heap_stats figures;
 
@@ -247,10 +251,14 @@ public:
         a.root_superblocks = header_.root_capacity / detail::superblock_bytes;
         // Recovery replays in ts order and only if every record of every entry is sound.
         std::vector<const detail::entry_view*> todo;
-        for (const ring_scan& r : rings)
+        std::vector<const detail::entry_view*> ring_last; // each ring's last valid entry
+        for (const ring_scan& r : rings) {
             for (const detail::entry_view& e : r.entries)
                 if (e.ts > checkpoint())
                     todo.push_back(&e);
+            if (!r.entries.empty())
+                ring_last.push_back(&r.entries.back());
+        }
         std::sort(
             todo.begin(), todo.end(),
             [](const detail::entry_view* x, const detail::entry_view* y) { return x->ts < y->ts; });
@@ -262,6 +270,13 @@ public:
                                                    sound = false;
                                            }) &&
                     sound;
+            detail::for_each_covered(*todo[i], [&](const detail::pool_range& b) {
+                const auto& h =
+                    header_; // a covered block must lie in the heap (as recovery checks)
+                if (b.offset < h.heap_offset || b.offset > h.heap_offset + h.heap_size ||
+                    b.size > h.heap_offset + h.heap_size - b.offset)
+                    sound = false;
+            });
             if (!sound) {
                 a.log_refused = true;
                 return a;
@@ -278,7 +293,17 @@ public:
             ~unmap_on_exit() { ::munmap(addr, size); }
         } guard{m, header_.pool_size};
         auto* image = static_cast<std::uint8_t*>(m);
-        for (const detail::entry_view* e : todo) {
+        std::vector<bool> last;
+        for (const detail::entry_view* e : todo)
+            last.push_back(std::find(ring_last.begin(), ring_last.end(), e) != ring_last.end());
+        const std::vector<bool> refused =
+            detail::refused_entries(image, header_.base_address, todo, last);
+        for (std::size_t i = 0; i < todo.size(); ++i) {
+            if (refused[i]) {
+                ++a.entries_refused;
+                continue;
+            }
+            const detail::entry_view* e = todo[i];
             detail::decode_records(*e, header_.base_address, [&](const detail::log_record& r) {
                 std::uint64_t w;
                 std::memcpy(&w, image + r.offset, 8);

@@ -320,6 +320,10 @@ void print_allocator_text(const allocator_summary& a) {
     if (a.entries_replayed > 0)
         field("", "(as recovery rebuilds it, after replaying " +
                       plural(a.entries_replayed, "entry", "entries") + ")");
+    if (a.entries_refused > 0)
+        field("", "(recovery would refuse " + plural(a.entries_refused, "entry", "entries") +
+                      " as never committed: a ring's last entry whose new blocks do not match "
+                      "its checksum)");
 }
 
 void print_info_text(const pool_view& v) {
@@ -451,6 +455,7 @@ void print_info_json(const pool_view& v) {
         if (a.ok) {
             const heap_stats& f = a.figures;
             j.number("entries_replayed_first", a.entries_replayed);
+            j.number("entries_refused", a.entries_refused);
             j.number("superblocks", f.superblocks);
             j.number("root_superblocks", a.root_superblocks);
             j.number("small_superblocks", a.small_superblocks());

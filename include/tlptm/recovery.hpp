@@ -30,6 +30,46 @@ struct recovery_report {
 
 namespace detail {
 
+/// I4, recovery's rule for covered blocks (shared with `tlptm check`): of the entries to replay
+/// (`todo`, sorted by timestamp; `last[i]`: entry i is its ring's last valid entry), which ones
+/// are refused as never committed. An entry that covers the blocks its transaction allocated
+/// counts only if they hold what they held at its commit (their CRC is in the entry), read at
+/// `image`. Only a ring's last entry can fail that after a crash: the ring's next entry is
+/// written after this one's fence, which completed the blocks' flushes. A mismatch that a
+/// later entry explains (it writes into one of the blocks, so its transaction saw them
+/// published, after this one committed, and then wrote back in place) is not a crash; any
+/// other means the fence never completed: the transaction did not commit (its `atomic` never
+/// returned) and none of its stores is replayed. `pointer_base` decodes pool pointers in the
+/// records (the pool's base address).
+inline std::vector<bool> refused_entries(const std::uint8_t* image, std::uint64_t pointer_base,
+                                         const std::vector<const entry_view*>& todo,
+                                         const std::vector<bool>& last) {
+    std::vector<bool> refused(todo.size(), false);
+    std::vector<pool_range> ranges;
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+        const entry_view& e = *todo[i];
+        if (!last[i] || !e.covered)
+            continue;
+        ranges.clear();
+        std::uint32_t want = for_each_covered(e, [&](const pool_range& r) { ranges.push_back(r); });
+        if (covered_blocks_crc(image, ranges) == want)
+            continue;
+        auto inside = [&](std::uint64_t off) {
+            auto it =
+                std::upper_bound(ranges.begin(), ranges.end(), off,
+                                 [](std::uint64_t o, const pool_range& r) { return o < r.offset; });
+            return it != ranges.begin() && off - std::prev(it)->offset < std::prev(it)->size;
+        };
+        bool explained = false;
+        for (std::size_t j = i + 1; j < todo.size() && !explained; ++j)
+            decode_records(*todo[j], pointer_base, [&](const log_record& r) {
+                explained = explained || inside(r.offset) || inside(r.offset + 7);
+            });
+        refused[i] = !explained;
+    }
+    return refused;
+}
+
 /// Recovery proper (I2, I5). Must run with no transaction in flight (at open, or inside an
 /// exclusive section). Collects the valid
 /// entries of every ring, validates every record of those to replay before writing anything
@@ -103,39 +143,18 @@ inline recovery_report run_recovery(pool_state& st) {
         });
     }
 
-    // I4: an entry that covers the blocks its transaction allocated counts only if they hold
-    // what they held at its commit. Only a ring's last entry can fail that after a crash: the
-    // ring's next entry is written after this one's fence, which completed the blocks'
-    // flushes. A mismatch that a later entry explains (it writes into one of the blocks, so its
-    // transaction saw them published, after this one committed, and then wrote back in place)
-    // is not a crash; any other means the fence never completed: the transaction did not
-    // commit (its `atomic` never returned) and none of its stores is replayed.
-    std::vector<pool_range> ranges;
-    for (std::size_t i = 0; i < todo.size(); ++i) {
-        pending& p = todo[i];
-        if (!p.last || !p.entry.covered)
-            continue;
-        ranges.clear();
-        std::uint32_t want =
-            for_each_covered(p.entry, [&](const pool_range& r) { ranges.push_back(r); });
-        if (covered_blocks_crc(st.base, ranges) == want)
-            continue;
-        auto inside = [&](std::uint64_t off) {
-            auto it =
-                std::upper_bound(ranges.begin(), ranges.end(), off,
-                                 [](std::uint64_t o, const pool_range& r) { return o < r.offset; });
-            return it != ranges.begin() && off - std::prev(it)->offset < std::prev(it)->size;
-        };
-        bool explained = false;
-        for (std::size_t j = i + 1; j < todo.size() && !explained; ++j)
-            decode_records(todo[j].entry, base, [&](const log_record& r) {
-                explained = explained || inside(r.offset) || inside(r.offset + 7);
-            });
-        if (!explained) {
-            p.committed = false;
+    std::vector<const entry_view*> views;
+    std::vector<bool> last;
+    for (const pending& p : todo) {
+        views.push_back(&p.entry);
+        last.push_back(p.last);
+    }
+    const std::vector<bool> refused = refused_entries(st.base, base, views, last);
+    for (std::size_t i = 0; i < todo.size(); ++i)
+        if (refused[i]) {
+            todo[i].committed = false;
             ++rep.entries_uncommitted;
         }
-    }
 
     persist_ctx& ctx = st.admin_ctx;
     std::vector<std::uint64_t>
