@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -185,31 +186,39 @@ void make_pool(const std::string& path) {
     pool.root<tool_root>();
 }
 
-/// Opens the pool in a child that runs three transactions and exits without closing: the three
-/// entries stay in the log with ts > CT.
-void crash_after_three_transactions(const std::string& path) {
+/// Runs `body` on the pool at `path` in a child process that then exits without closing it (a
+/// crash: CT stays where it was, the transactions' entries stay in the log). `body` returns
+/// false if the child should report failure; so does an exception.
+void crash_after(const std::string& path, const std::function<bool(tlptm::pool&)>& body) {
     pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-        int code = 3;
         try {
             auto pool = tlptm::pool::open(path, small_options());
-            auto* r = pool.root<tool_root>();
-            tlptm::atomic(pool, [&] { r->a = 1; });
-            tlptm::atomic(pool, [&] {
-                r->b = 0x2222;
-                r->c = 0xdeadbeef;
-            });
-            tlptm::atomic(pool, [&] { r->a = r->a + 10; });
-            ::_exit(0); // a crash: the pool is never closed, CT stays where it was
+            if (body(pool))
+                ::_exit(0);
         } catch (...) {
         }
-        ::_exit(code);
+        ::_exit(3);
     }
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+/// Three transactions, then a crash: the three entries stay in the log with ts > CT.
+void crash_after_three_transactions(const std::string& path) {
+    crash_after(path, [](tlptm::pool& pool) {
+        auto* r = pool.root<tool_root>();
+        tlptm::atomic(pool, [&] { r->a = 1; });
+        tlptm::atomic(pool, [&] {
+            r->b = 0x2222;
+            r->c = 0xdeadbeef;
+        });
+        tlptm::atomic(pool, [&] { r->a = r->a + 10; });
+        return true;
+    });
 }
 
 /// The dump-log line of a full-word record.
@@ -469,25 +478,15 @@ TEST_CASE("tool: a pool after a crash, with entries to replay") {
 TEST_CASE("tool: the allocator as recovery will rebuild it") {
     temp_path path("alloc");
     make_pool(path);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        try {
-            auto pool = tlptm::pool::open(path, small_options());
-            auto* r = pool.root<tool_root>();
-            tlptm::atomic(pool, [&] {
-                for (int i = 0; i < 3; ++i)
-                    r->a = reinterpret_cast<std::uintptr_t>(tlptm::make<tool_root>());
-            });
-            ::_exit(0); // crash: the allocator's descriptor and bitmap are only in the log
-        } catch (...) {
-        }
-        ::_exit(3);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
+    // The allocator's descriptor and bitmap are only in the log after this crash.
+    crash_after(path, [](tlptm::pool& pool) {
+        auto* r = pool.root<tool_root>();
+        tlptm::atomic(pool, [&] {
+            for (int i = 0; i < 3; ++i)
+                r->a = reinterpret_cast<std::uintptr_t>(tlptm::make<tool_root>());
+        });
+        return true;
+    });
     auto bytes = read_bytes(path);
     const pool_geometry g = geometry_of(bytes);
 
@@ -543,33 +542,21 @@ TEST_CASE("tool: an entry recovery refuses (its covered block is not durable) is
     make_pool(path);
     const std::vector<std::uint8_t> before = read_bytes(path);
     temp_path where("refused-offset");
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        try {
-            auto pool = tlptm::pool::open(path, small_options());
-            auto* r = pool.root<tool_root>();
-            // One insert: its 24-byte node is covered by the entry (a CRC of its bytes).
-            auto* n = tlptm::atomic(pool, [&] {
-                auto* x = tlptm::make<tool_root>();
-                x->a = 0x1234;
-                r->a = reinterpret_cast<std::uintptr_t>(x);
-                return x;
-            });
-            std::uint64_t off = static_cast<std::uint64_t>(reinterpret_cast<std::uint8_t*>(n) -
-                                                           static_cast<std::uint8_t*>(pool.base()));
-            std::FILE* f = std::fopen(where.str().c_str(), "w");
-            if (f && std::fprintf(f, "%llu\n", static_cast<unsigned long long>(off)) > 0 &&
-                std::fclose(f) == 0)
-                ::_exit(0); // crash: the entry is the ring's last
-        } catch (...) {
-        }
-        ::_exit(3);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
+    crash_after(path, [&](tlptm::pool& pool) { // the insert's entry is the ring's last
+        auto* r = pool.root<tool_root>();
+        // One insert: its 24-byte node is covered by the entry (a CRC of its bytes).
+        auto* n = tlptm::atomic(pool, [&] {
+            auto* x = tlptm::make<tool_root>();
+            x->a = 0x1234;
+            r->a = reinterpret_cast<std::uintptr_t>(x);
+            return x;
+        });
+        std::uint64_t off = static_cast<std::uint64_t>(reinterpret_cast<std::uint8_t*>(n) -
+                                                       static_cast<std::uint8_t*>(pool.base()));
+        std::FILE* f = std::fopen(where.str().c_str(), "w");
+        return f && std::fprintf(f, "%llu\n", static_cast<unsigned long long>(off)) > 0 &&
+               std::fclose(f) == 0;
+    });
     unsigned long long node = 0;
     {
         std::FILE* f = std::fopen(where.str().c_str(), "r");
