@@ -1,6 +1,7 @@
-// Micro-benchmarks of transactions: empty, 1-word and 10-word updates, read-only, and a 4-level
-// pointer chase. Each reports, per transaction, the fences, flushed lines and log bytes that
-// pool::stats() counted, next to the time.
+// Micro-benchmarks of transactions: empty, 1-word and 10-word updates, read-only, a 4-level
+// pointer chase, allocation, and a bulk load of many nodes in one transaction. Each reports, per
+// transaction, the fences, flushed lines and log bytes that pool::stats() counted, next to the
+// time.
 //
 // The pool lives in /dev/shm (or $TLPTM_BENCH_DIR) with persistent-memory emulation on (CPU
 // flushes, no msync); TLPTM_EMULATE_WRITE_NS adds the emulated write latency per line.
@@ -166,6 +167,43 @@ void bm_alloc_free(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations());
 }
 
+/// A bulk load: one transaction makes range(0) nodes, linking each in front of a list and
+/// walking three links of it (as building a structure reads what it just built); the list is
+/// freed untimed. Stores and reads into the transaction's own blocks are AALO lookups, so this
+/// measures their cost as the transaction grows (before an index of the older blocks, each
+/// scanned all of them: quadratic).
+void bm_bulk_load(benchmark::State& state) {
+    bench_pool bp(tlptm::log_mode::tlptm);
+    const auto n = static_cast<int>(state.range(0));
+    for (auto _ : state) {
+        tlptm::atomic(bp.pool, [&] {
+            chase_node* head = nullptr;
+            for (int i = 0; i < n; ++i) {
+                auto* x = tlptm::make<chase_node>();
+                x->next = head;
+                x->value = static_cast<std::uint64_t>(i);
+                head = x;
+                chase_node* y = head;
+                for (int k = 0; k < 3 && y != nullptr; ++k)
+                    y = y->next;
+                benchmark::DoNotOptimize(y);
+            }
+            bp.root->chain[0].next = head;
+        });
+        state.PauseTiming();
+        tlptm::atomic(bp.pool, [&] {
+            for (chase_node* x = bp.root->chain[0].next; x != nullptr;) {
+                chase_node* next = x->next;
+                tlptm::destroy(x);
+                x = next;
+            }
+            bp.root->chain[0].next = nullptr;
+        });
+        state.ResumeTiming();
+    }
+    state.SetItemsProcessed(state.iterations() * n); // nodes per second
+}
+
 void modes(benchmark::internal::Benchmark* b) {
     for (auto m : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm})
         b->Arg(static_cast<int>(m));
@@ -180,5 +218,6 @@ BENCHMARK(bm_read_only)->Apply(modes);
 BENCHMARK(bm_pointer_chase)->Apply(modes);
 BENCHMARK(bm_update_threads)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_alloc_free)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(bm_bulk_load)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
