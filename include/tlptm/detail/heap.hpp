@@ -145,8 +145,10 @@ struct alloc_tx_state {
     /// is made durable before the commit point, whether written through p<T> and tx stores or
     /// by raw stores (std::memcpy into a tx.alloc block), as PMDK does for new objects.
     std::vector<range> allocated;
-    std::vector<range> aalo;  ///< the same in modes aalo and tlptm: stores there go in place
-    std::vector<freed> frees; ///< blocks freed: pending after commit
+    /// The same in modes aalo and tlptm: stores there go in place. A prefix is sorted by offset
+    /// (in_aalo), the rest in allocation order.
+    std::vector<range> aalo;
+    std::vector<freed> frees;             ///< blocks freed: pending after commit
     std::vector<std::uint32_t> sb_claims; ///< fresh superblocks taken from the free ones
     /// Scratch of the commit: the blocks' line-aligned spans [begin, end), to flush.
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
@@ -155,63 +157,54 @@ struct alloc_tx_state {
         claims.clear();
         allocated.clear();
         aalo.clear();
-        forget_aalo_index();
+        aalo_sorted_ = 0;
         frees.clear();
         sb_claims.clear();
     }
     /// Removes the block starting at `offset` from `allocated` and `aalo` (freed by the
     /// transaction that allocated it).
     void drop_block(std::uint64_t offset) {
-        for (auto* r : {&aalo, &allocated})
-            r->erase(std::remove_if(r->begin(), r->end(),
-                                    [&](const range& x) { return x.offset == offset; }),
-                     r->end());
-        forget_aalo_index();
+        auto at = [&](const range& x) { return x.offset == offset; };
+        auto it = std::find_if(aalo.begin(), aalo.end(), at);
+        if (it != aalo.end()) {
+            if (static_cast<std::size_t>(it - aalo.begin()) < aalo_sorted_)
+                --aalo_sorted_; // erasing keeps the rest of the sorted prefix sorted
+            aalo.erase(it);
+        }
+        allocated.erase(std::remove_if(allocated.begin(), allocated.end(), at), allocated.end());
     }
     /// True if [offset, offset + n) lies in memory allocated by this transaction. The blocks
     /// allocated last are looked at first and one by one (stores mostly go to the block just
-    /// allocated); the older ones are kept sorted for a binary search, so that a transaction
-    /// that allocates thousands of blocks (a bulk load) does not scan them all at every access.
-    bool in_aalo(std::uint64_t offset, std::uint64_t n) const {
+    /// allocated); the older ones form a prefix of `aalo` kept sorted by offset for a binary
+    /// search, so that a transaction that allocates thousands of blocks (a bulk load) does not
+    /// scan them all at every access.
+    bool in_aalo(std::uint64_t offset, std::uint64_t n) {
         auto holds = [&](const range& r) {
             return offset >= r.offset && offset - r.offset <= r.size &&
                    n <= r.size - (offset - r.offset);
         };
-        if (aalo.size() - indexed_ > aalo_tail_max)
-            index_aalo();
-        for (std::size_t k = aalo.size(); k > indexed_; --k)
+        auto by_offset = [](const range& a, const range& b) { return a.offset < b.offset; };
+        if (aalo.size() - aalo_sorted_ > aalo_tail_max) { // merge the tail into the prefix
+            const auto mid = aalo.begin() + static_cast<std::ptrdiff_t>(aalo_sorted_);
+            std::sort(mid, aalo.end(), by_offset);
+            std::inplace_merge(aalo.begin(), mid, aalo.end(), by_offset);
+            aalo_sorted_ = aalo.size();
+        }
+        for (std::size_t k = aalo.size(); k > aalo_sorted_; --k)
             if (holds(aalo[k - 1]))
                 return true;
-        if (index_.empty())
-            return false;
-        // The last indexed block starting at or before offset (blocks do not overlap).
-        auto it = std::upper_bound(index_.begin(), index_.end(), offset,
+        // The last sorted block starting at or before offset (blocks do not overlap).
+        const auto end = aalo.begin() + static_cast<std::ptrdiff_t>(aalo_sorted_);
+        auto it = std::upper_bound(aalo.begin(), end, offset,
                                    [](std::uint64_t o, const range& r) { return o < r.offset; });
-        return it != index_.begin() && holds(*(it - 1));
+        return it != aalo.begin() && holds(*(it - 1));
     }
 
 private:
-    /// Blocks allocated since the index was last brought up to date that in_aalo scans one
-    /// by one before it sorts them into the index.
+    /// Blocks allocated since the sorted prefix was last extended that in_aalo scans one by
+    /// one before it merges them in.
     static constexpr std::size_t aalo_tail_max = 16;
-    /// aalo[0, indexed_) sorted by offset (a cache, hence mutable: in_aalo is a lookup).
-    mutable std::vector<range> index_;
-    mutable std::size_t indexed_ = 0;
-
-    void index_aalo() const {
-        auto mid = index_.size();
-        index_.insert(index_.end(), aalo.begin() + static_cast<std::ptrdiff_t>(indexed_),
-                      aalo.end());
-        auto by_offset = [](const range& a, const range& b) { return a.offset < b.offset; };
-        std::sort(index_.begin() + static_cast<std::ptrdiff_t>(mid), index_.end(), by_offset);
-        std::inplace_merge(index_.begin(), index_.begin() + static_cast<std::ptrdiff_t>(mid),
-                           index_.end(), by_offset);
-        indexed_ = aalo.size();
-    }
-    void forget_aalo_index() noexcept {
-        index_.clear();
-        indexed_ = 0;
-    }
+    std::size_t aalo_sorted_ = 0; ///< aalo[0, aalo_sorted_) is sorted by offset
 };
 
 /// A free that must wait for I3 before its memory is handed out again.
