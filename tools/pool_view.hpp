@@ -212,6 +212,13 @@ public:
                 (offset >= h.meta_offset && offset <= h.meta_offset + h.meta_size - 8));
     }
 
+    /// True if the block [offset, offset + size) lies in the heap (where a log entry's covered
+    /// blocks must lie).
+    bool in_heap(std::uint64_t offset, std::uint64_t size) const noexcept {
+        const std::uint64_t lo = header_.heap_offset, n = header_.heap_size;
+        return offset >= lo && offset - lo <= n && size <= n - (offset - lo);
+    }
+
     /// Ring `i` of the mapping. Call only on a valid view.
     detail::log_ring ring(std::uint32_t i) const noexcept {
         detail::log_ring r;
@@ -271,11 +278,7 @@ public:
                                            }) &&
                     sound;
             detail::for_each_covered(*todo[i], [&](const detail::pool_range& b) {
-                const auto& h =
-                    header_; // a covered block must lie in the heap (as recovery checks)
-                if (b.offset < h.heap_offset || b.offset > h.heap_offset + h.heap_size ||
-                    b.size > h.heap_offset + h.heap_size - b.offset)
-                    sound = false;
+                sound = sound && in_heap(b.offset, b.size); // as recovery checks
             });
             if (!sound) {
                 a.log_refused = true;

@@ -588,8 +588,7 @@ int run_check(const arguments& a) {
                        " payload cannot be decoded (malformed after " +
                        plural(index, "record", "records") + ")");
             detail::for_each_covered(e, [&](const detail::pool_range& b) {
-                const std::uint64_t lo = h.heap_offset, size = h.heap_size;
-                if (b.offset < lo || b.offset - lo > size || b.size > size - (b.offset - lo))
+                if (!v.in_heap(b.offset, b.size))
                     report(where + ": a block it covers (offset " + hex(b.offset) + ", " +
                            std::to_string(b.size) + " bytes) lies outside the heap");
             });
