@@ -1,7 +1,8 @@
 // The persistent shuffle store of examples/shuffle: every backend delivers exactly what the
-// map tasks emitted, lazy allocation leaves empty (map, partition) pairs without chunks, an
-// incomplete map task's chunks are freed without a leak, and a map stage killed with SIGKILL
-// restarts with only the incomplete map tasks and the crash-free checksum.
+// map tasks emitted (the in-memory no-shuffle baseline too), lazy allocation leaves empty (map,
+// partition) pairs without chunks, an incomplete map task's chunks are freed without a leak, and a
+// map stage killed with SIGKILL restarts with only the incomplete map tasks and the crash-free
+// checksum.
 //
 // TLPTM_SHUFFLE_KILLS=<n> sets the kills of the SIGKILL test (default 4; docs/shuffle.md runs
 // the long mode with tlptm-shuffle --mode crash --kills 30).
@@ -69,6 +70,94 @@ TEST_CASE("every backend delivers what the map tasks emitted, with one checksum"
         }
         for (std::uint64_t s : sums)
             CHECK(s == sums.front());
+    }
+}
+
+TEST_CASE("the in-memory baseline (no shuffle) reduces the same records to the same checksum") {
+    for (workload_kind kind : {workload_kind::terasort, workload_kind::wordcount}) {
+        CAPTURE(to_string(kind));
+        job_options o = small_job(kind);
+        o.chunk_size = 8192;
+        o.backend = backend_kind::tlptm_private;
+        job_result ref = run_job(o);
+        REQUIRE(ref.error.empty());
+        for (backend_kind b : {backend_kind::file_hash, backend_kind::file_sort}) {
+            o.backend = b;
+            job_result f = run_job(o);
+            CHECK(f.error.empty());
+            CHECK(f.checksum == ref.checksum);
+        }
+        for (bool prefault : {true, false}) {
+            CAPTURE(prefault);
+            o.backend = backend_kind::in_memory;
+            o.prefault = prefault;
+            job_result r = run_job(o);
+            CHECK(r.backend == "in-memory");
+            CHECK_MESSAGE(r.error.empty(), r.error);
+            CHECK(r.checksum == ref.checksum);
+            CHECK(r.maps_run == o.w.maps);
+            CHECK(r.shuffle_bytes == ref.shuffle_bytes);
+            CHECK(r.shuffle_records == ref.shuffle_records);
+            CHECK(r.outputs == ref.outputs);
+            CHECK(r.transactions == 0);
+            CHECK(r.aborts == 0);
+            // Blocks of the job's chunk size (at least 4 KiB), each holding whole records: the
+            // data plus less than one partly filled block per (map, partition) pair.
+            CHECK(r.chunk_size == o.chunk_size);
+            CHECK(r.allocations > 0);
+            CHECK(r.space_bytes == r.allocations * r.chunk_size);
+            CHECK(r.space_bytes >= r.shuffle_bytes);
+            std::uint64_t pairs = std::uint64_t{o.w.maps} * o.w.partitions;
+            CHECK(r.space_bytes <= r.shuffle_bytes + r.shuffle_bytes / 40 + pairs * r.chunk_size);
+            CHECK(r.map_cpu_s > 0);
+            CHECK(r.reduce_cpu_s > 0);
+            CHECK(r.fetch_cpu_s <= r.reduce_cpu_s);
+        }
+    }
+}
+
+TEST_CASE("the in-memory store: whole records per block, full blocks, the maps' summaries") {
+    for (workload_kind kind : {workload_kind::terasort, workload_kind::wordcount}) {
+        CAPTURE(to_string(kind));
+        job_options o = small_job(kind);
+        memory_store store(o.w, 5000, true, true); // rounded up to 8 KiB
+        CHECK(store.block_bytes() == 8192);
+        for (std::uint32_t m = 0; m < o.w.maps; ++m) {
+            CHECK_FALSE(store.complete(m));
+            store.run_map_task(m);
+            CHECK(store.complete(m));
+        }
+        map_summary want;
+        for (std::uint32_t m = 0; m < o.w.maps; ++m) {
+            want.records += store.summary(m).records;
+            want.bytes += store.summary(m).bytes;
+            want.content += store.summary(m).content;
+        }
+        reduce_result got;
+        std::uint64_t pieces = 0;
+        for (std::uint32_t p = 0; p < o.w.partitions; ++p) {
+            partition_data data;
+            store.read_partition(p, data);
+            CHECK(data.owned.empty()); // read in place
+            for (const auto& piece : data.pieces) {
+                CHECK(piece.size() <= store.block_bytes());
+                CHECK(whole_records_within(o.w, piece.data(), piece.size(), piece.size()) ==
+                      piece.size());
+            }
+            pieces += data.pieces.size();
+            reduce_result r = reduce_partition(o.w, p, data);
+            CHECK_MESSAGE(r.error.empty(), r.error);
+            got.records += r.records;
+            got.bytes += r.bytes;
+            got.content += r.content;
+        }
+        CHECK(got.records == want.records);
+        CHECK(got.bytes == want.bytes);
+        CHECK(got.content == want.content);
+        CHECK(store.space_used() == pieces * store.block_bytes());
+        if (kind == workload_kind::terasort) // every block of a list but the last is full
+            CHECK(pieces <= want.bytes / (8192 / o.w.record_size * o.w.record_size) +
+                                std::uint64_t{o.w.maps} * o.w.partitions);
     }
 }
 

@@ -27,12 +27,15 @@
 #include <tlptm/tlptm.hpp>
 
 #include "file_store.hpp"
+#include "memory_store.hpp"
 #include "nv_store.hpp"
 #include "workload.hpp"
 
 namespace shuffle {
 
-enum class backend_kind { tlptm_private, tlptm_shared, file_hash, file_sort, generate_only };
+/// in_memory: the no-shuffle baseline (memory_store.hpp), the same job with a hand-off between
+/// the stages that costs nothing.
+enum class backend_kind { tlptm_private, tlptm_shared, file_hash, file_sort, in_memory };
 
 inline const char* to_string(backend_kind b) {
     switch (b) {
@@ -44,8 +47,8 @@ inline const char* to_string(backend_kind b) {
         return "file-hash";
     case backend_kind::file_sort:
         return "file-sort";
-    case backend_kind::generate_only:
-        return "generate-only";
+    case backend_kind::in_memory:
+        return "in-memory";
     }
     return "?";
 }
@@ -367,22 +370,26 @@ inline job_result run_job(const job_options& o) {
     r.chunk_size = o.chunk_size;
     r.write_ns = o.write_ns;
     r.maps_run = o.w.maps;
-    if (o.backend == backend_kind::generate_only) {
-        std::vector<map_summary> maps(o.w.maps);
+    if (o.backend == backend_kind::in_memory) {
         auto t0 = std::chrono::steady_clock::now();
-        r.map_cpu_s =
-            detail::parallel_for(detail::all_of(o.w.maps), o.threads, [&](std::uint32_t m) {
-                // Each record is generated into one scratch record (its content hash keeps the
-                // generation from being optimised away).
-                std::vector<std::uint8_t> scratch(max_record_bytes(o.w));
-                maps[m] = run_map_into(o.w, m,
-                                       [&](std::uint32_t, std::size_t) { return scratch.data(); });
-            });
+        double c0 = detail::thread_cpu_s();
+        memory_store store(o.w, o.chunk_size, o.prefault, o.populate);
+        r.setup_cpu_s = detail::thread_cpu_s() - c0;
+        r.setup_s = detail::since(t0);
+        r.chunk_size = store.block_bytes();
+        std::atomic<std::uint64_t> blocks{0};
+        t0 = std::chrono::steady_clock::now();
+        r.map_cpu_s = detail::parallel_for(
+            detail::all_of(o.w.maps), o.threads,
+            [&](std::uint32_t m) { blocks += store.run_map_task(m); }, r.backend + " map",
+            o.progress);
         r.map_s = detail::since(t0);
-        for (const map_summary& s : maps) {
-            r.shuffle_bytes += s.bytes;
-            r.shuffle_records += s.records;
-        }
+        r.allocations = blocks.load();
+        r.space_bytes = store.space_used();
+        std::vector<map_summary> maps(o.w.maps);
+        for (std::uint32_t m = 0; m < o.w.maps; ++m)
+            maps[m] = store.summary(m);
+        detail::reduce_stage(o, store, maps, r);
         return r;
     }
     std::string dir = o.file_dir();

@@ -2,12 +2,16 @@
 // docs/shuffle.md describes the design, the options and the figures.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +25,8 @@ const char* usage_text =
     R"(usage: tlptm-shuffle [options]
 
 Modes (--mode):
-  compare   the four backends (and generate-only) side by side on the same records (default)
+  compare   the four backends and the in-memory no-shuffle baseline side by side on the same
+            records (default)
   sweep     tlptm private and shared buffers for chunk sizes 4 KiB .. 1 MiB: throughput, space
   skew      lazy against eager allocation (private buffers): allocations and space
   crash     kill the map stage with SIGKILL at random moments, restart, compare (--kills N)
@@ -38,7 +43,9 @@ Job:
   --no-combine          wordcount: no map-side combining
   --seed N              (1)
 Store:
-  --backend B           tlptm-private|tlptm-shared|file-hash|file-sort|generate-only|all (all)
+  --backend B           tlptm-private|tlptm-shared|file-hash|file-sort|in-memory|all (all);
+                        in-memory: no shuffle, the records handed over in DRAM (the baseline
+                        the summary subtracts; generate-only is an old name for it)
   --chunk BYTES         chunk size incl. its 16-byte header (64k; wordcount, skew mode 8k)
   --eager               allocate one chunk per (map, partition) up front
   --no-prefault         do not map the whole pool's pages when it is created (by default the
@@ -195,8 +202,9 @@ cli parse(int argc, char** argv) {
             c.mode == "skew" || c.job.w.kind == workload_kind::wordcount ? 8192 : 65536;
     for (backend_kind b :
          {backend_kind::tlptm_private, backend_kind::tlptm_shared, backend_kind::file_hash,
-          backend_kind::file_sort, backend_kind::generate_only})
-        if (backend == "all" || backend == to_string(b))
+          backend_kind::file_sort, backend_kind::in_memory})
+        if (backend == "all" || backend == to_string(b) ||
+            (backend == "generate-only" && b == backend_kind::in_memory))
             c.backends.push_back(b);
     if (c.backends.empty())
         throw std::invalid_argument("unknown backend " + backend);
@@ -222,6 +230,15 @@ std::string human(double bytes) {
     return buf;
 }
 
+/// The median (the mean of the two middle values of an even count; inf counts as the largest).
+double median(std::vector<double> v) {
+    if (v.empty())
+        return 0;
+    std::sort(v.begin(), v.end());
+    std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void print_header() {
     std::printf("%-14s %6s %8s %6s | %8s %8s %8s | %7s %7s %7s %7s | %8s %7s %7s | %s\n", "backend",
                 "wr_ns", "chunk", "alloc", "map MB/s", "red MB/s", "all MB/s", "map s", "red s",
@@ -231,13 +248,12 @@ void print_header() {
 void print_row(const row& x) {
     const job_result& r = x.r;
     double per_map = x.job.w.maps ? static_cast<double>(r.allocations) / x.job.w.maps : 0;
-    std::string status = r.error.empty()
-                             ? (x.job.backend == backend_kind::generate_only ? "" : "ok")
-                             : "FAILED: " + r.error;
+    std::string status = r.error.empty() ? "ok" : "FAILED: " + r.error;
+    bool blocks = is_tlptm(x.job.backend) || x.job.backend == backend_kind::in_memory;
     std::printf("%-14s %6u %8s %6s | %8.0f %8.0f %8.0f | %7.3f %7.3f %7.3f %7.3f | %8.3f %7.1f "
                 "%7llu | %016llx %s\n",
                 r.backend.c_str(), r.write_ns,
-                is_tlptm(x.job.backend) ? human(static_cast<double>(r.chunk_size)).c_str() : "-",
+                blocks ? human(static_cast<double>(r.chunk_size)).c_str() : "-",
                 is_tlptm(x.job.backend) ? (r.lazy ? "lazy" : "eager") : "-", r.map_mbps(),
                 r.reduce_mbps(), r.shuffle_mbps(), r.map_s, r.reduce_s, r.map_cpu_s, r.reduce_cpu_s,
                 r.space_ratio(), per_map, static_cast<unsigned long long>(r.aborts),
@@ -245,91 +261,207 @@ void print_row(const row& x) {
     std::fflush(stdout);
 }
 
+bool is_file(backend_kind b) {
+    return b == backend_kind::file_hash || b == backend_kind::file_sort;
+}
+
+/// The in-memory baseline's stages: the same job with a hand-off between the stages that
+/// costs nothing. A backend's stages less the baseline's are what its shuffle adds.
+struct baseline {
+    bool found = false;
+    double map_cpu = 0, reduce_cpu = 0, map_wall = 0, reduce_wall = 0;
+};
+
+baseline baseline_of(const std::vector<row>& rows, const std::string& mode) {
+    baseline b;
+    for (const row& x : rows)
+        if (x.mode == mode && x.job.backend == backend_kind::in_memory && x.r.error.empty()) {
+            b.found = true;
+            b.map_cpu = x.r.map_cpu_s;
+            b.reduce_cpu = x.r.reduce_cpu_s;
+            b.map_wall = x.r.map_s;
+            b.reduce_wall = x.r.reduce_s;
+            break;
+        }
+    return b;
+}
+
+/// What the shuffle adds to the job in CPU seconds (cpu) or wall-clock seconds: the backend's
+/// map and reduce stages less the baseline's. A difference of two measurements, so noise can
+/// make it 0 or negative. None without a baseline.
+std::optional<double> shuffle_alone_s(const job_result& r, const baseline& b, bool cpu) {
+    if (!b.found)
+        return std::nullopt;
+    return cpu ? r.map_cpu_s + r.reduce_cpu_s - b.map_cpu - b.reduce_cpu
+               : r.map_s + r.reduce_s - b.map_wall - b.reduce_wall;
+}
+
+/// The map stage less the baseline's (the shuffle's write side).
+std::optional<double> write_s(const job_result& r, const baseline& b, bool cpu) {
+    if (!b.found)
+        return std::nullopt;
+    return cpu ? r.map_cpu_s - b.map_cpu : r.map_s - b.map_wall;
+}
+
+/// MB of shuffle data per second of `s`; none if there is no positive time to divide by (a
+/// difference at or below 0 is noise, not an infinite rate).
+std::optional<double> rate(const job_result& r, std::optional<double> s) {
+    if (!s || *s <= 0)
+        return std::nullopt;
+    return static_cast<double>(r.shuffle_bytes) / *s / 1e6;
+}
+
+/// The best file shuffle's figure of a column. A file backend whose difference is not positive
+/// (no figure) makes the best unknown: no x is printed against it.
+struct best_of {
+    std::optional<double> v;
+    bool unknown = false;
+    void add(std::optional<double> x) {
+        if (!x)
+            unknown = true;
+        else if (!v || *x > *v)
+            v = x;
+    }
+    std::optional<double> get() const { return unknown ? std::nullopt : v; }
+};
+
+std::string cell(std::optional<double> v, int width, int decimals = 0) {
+    char buf[32];
+    if (v)
+        std::snprintf(buf, sizeof buf, "%*.*f", width, decimals, *v);
+    else
+        std::snprintf(buf, sizeof buf, "%*s", width, "n/a");
+    return buf;
+}
+
+std::string times(std::optional<double> mine, std::optional<double> best) {
+    char buf[32];
+    if (mine && best && *best > 0)
+        std::snprintf(buf, sizeof buf, "%5.2fx", *mine / *best);
+    else
+        std::snprintf(buf, sizeof buf, "%6s", "n/a");
+    return buf;
+}
+
 /// The compare mode's tables: MB of shuffle data per CPU second of the stage's threads (the
 /// machine is shared: wall time measures the others' load as much as this program), then per
-/// wall-clock second. Beside the stages, the shuffle's own share of each: the map stage less the
-/// generate-only run (record generation and partitioning), and the reducers' fetch of their
-/// data (the sort or aggregation after it is the same for every backend). x: against the best
-/// file-based shuffle of the same column. Setup: creating the pool (with prefault, mapping its
-/// pages) or the directory, before the map stage; "whole+setup" adds it to the stages.
+/// wall-clock second. Beside the stages (whole = map + reduce), the shuffle alone: the map and
+/// reduce stages less the in-memory baseline's (the same job, the records handed over in DRAM
+/// at no cost), and its write side (the map stage less the baseline's); the reducers' fetch of
+/// their data. x: against the best file-based shuffle of the same column. Setup: creating the
+/// pool (with prefault, mapping its pages), the baseline's memory or the directory, before the
+/// map stage; "+setup" adds it to whole. n/a: a backend's stages took no more time than the
+/// baseline's (noise), so there is no rate to print.
 void print_summary(const std::vector<row>& rows) {
-    double gen_cpu = 0, gen_wall = 0;
-    for (const row& x : rows)
-        if (x.job.backend == backend_kind::generate_only) {
-            gen_cpu = x.r.map_cpu_s;
-            gen_wall = x.r.map_s;
-        }
+    const std::string mode = rows.empty() ? "" : rows.front().mode;
+    const baseline base = baseline_of(rows, mode);
+    bool not_positive = false;
     auto per = [](const job_result& r, double s) {
         return s > 0 ? static_cast<double>(r.shuffle_bytes) / s / 1e6 : 0.0;
     };
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-    auto is_file = [](const row& x) {
-        return x.job.backend == backend_kind::file_hash || x.job.backend == backend_kind::file_sort;
-    };
-    // CPU time.
-    auto write_cpu = [&](const job_result& r) { return per(r, r.map_cpu_s - gen_cpu); };
-    auto read_cpu = [&](const job_result& r) { return per(r, r.fetch_cpu_s); };
-    auto setup_cpu = [&](const job_result& r) {
-        return per(r, r.map_cpu_s + r.reduce_cpu_s + r.setup_cpu_s);
-    };
-    double b_all = 0, b_map = 0, b_red = 0, b_write = 0, b_read = 0, b_setup = 0;
-    for (const row& x : rows)
-        if (is_file(x)) {
-            b_all = std::max(b_all, x.r.shuffle_cpu_mbps());
-            b_map = std::max(b_map, x.r.map_cpu_mbps());
-            b_red = std::max(b_red, x.r.reduce_cpu_mbps());
-            b_write = std::max(b_write, write_cpu(x.r));
-            b_read = std::max(b_read, read_cpu(x.r));
-            b_setup = std::max(b_setup, setup_cpu(x.r));
+    for (bool cpu : {true, false}) {
+        auto map_rate = [&](const job_result& r) { return cpu ? r.map_cpu_mbps() : r.map_mbps(); };
+        auto red_rate = [&](const job_result& r) {
+            return cpu ? r.reduce_cpu_mbps() : r.reduce_mbps();
+        };
+        auto whole_rate = [&](const job_result& r) {
+            return cpu ? r.shuffle_cpu_mbps() : r.shuffle_mbps();
+        };
+        auto alone_rate = [&](const job_result& r) {
+            return rate(r, shuffle_alone_s(r, base, cpu));
+        };
+        auto write_rate = [&](const job_result& r) { return rate(r, write_s(r, base, cpu)); };
+        auto read_rate = [&](const job_result& r) { return per(r, r.fetch_cpu_s); };
+        auto setup_s = [&](const job_result& r) { return cpu ? r.setup_cpu_s : r.setup_s; };
+        auto setup_rate = [&](const job_result& r) {
+            return per(r, cpu ? r.map_cpu_s + r.reduce_cpu_s + r.setup_cpu_s
+                              : r.map_s + r.reduce_s + r.setup_s);
+        };
+        double b_map = 0, b_red = 0, b_all = 0, b_read = 0, b_setup = 0;
+        best_of b_alone, b_write;
+        for (const row& x : rows)
+            if (is_file(x.job.backend)) {
+                b_map = std::max(b_map, map_rate(x.r));
+                b_red = std::max(b_red, red_rate(x.r));
+                b_all = std::max(b_all, whole_rate(x.r));
+                b_alone.add(alone_rate(x.r));
+                b_write.add(write_rate(x.r));
+                b_read = std::max(b_read, read_rate(x.r));
+                b_setup = std::max(b_setup, setup_rate(x.r));
+            }
+        if (base.found)
+            std::printf("\nMB per %s second (in-memory baseline, no shuffle: map %.3f + reduce "
+                        "%.3f %s; x = against the best file-based shuffle)\n",
+                        cpu ? "CPU" : "wall-clock", cpu ? base.map_cpu : base.map_wall,
+                        cpu ? base.reduce_cpu : base.reduce_wall, cpu ? "CPU s" : "s");
+        else
+            std::printf("\nMB per %s second (no in-memory baseline in this run: no shuffle or "
+                        "write column; x = against the best file-based shuffle)\n",
+                        cpu ? "CPU" : "wall-clock");
+        std::printf("%-14s %6s | %6s %6s | %6s %6s | %6s %6s | %7s %6s | %6s %6s |", "backend",
+                    "wr_ns", "map", "x", "reduce", "x", "whole", "x", "shuffle", "x", "write", "x");
+        if (cpu)
+            std::printf(" %7s %6s |", "read", "x");
+        std::printf(" %7s | %8s %6s", "setup s", "+setup", "x");
+        if (cpu)
+            std::printf(" | %7s %7s", "space/B", "alloc/M");
+        std::printf("\n");
+        for (const row& x : rows) {
+            const job_result& r = x.r;
+            const bool is_base = x.job.backend == backend_kind::in_memory;
+            std::optional<double> alone = alone_rate(r), write = write_rate(r);
+            if (!is_base && base.found && (!alone || !write))
+                not_positive = true;
+            std::string alone_s = is_base ? "      -" : cell(alone, 7);
+            std::string alone_x = is_base ? "     -" : times(alone, b_alone.get());
+            std::string write_c = is_base ? "     -" : cell(write, 6);
+            std::string write_x = is_base ? "     -" : times(write, b_write.get());
+            std::printf("%-14s %6u | %6.0f %6s | %6.0f %6s | %6.0f %6s | %s %s | %s %s |",
+                        r.backend.c_str(), r.write_ns, map_rate(r),
+                        times(map_rate(r), b_map).c_str(), red_rate(r),
+                        times(red_rate(r), b_red).c_str(), whole_rate(r),
+                        times(whole_rate(r), b_all).c_str(), alone_s.c_str(), alone_x.c_str(),
+                        write_c.c_str(), write_x.c_str());
+            if (cpu)
+                std::printf(" %7.0f %6s |", read_rate(r), times(read_rate(r), b_read).c_str());
+            std::printf(" %7.3f | %8.0f %6s", setup_s(r), setup_rate(r),
+                        times(setup_rate(r), b_setup).c_str());
+            if (cpu)
+                std::printf(" | %7.3f %7.1f", r.space_ratio(),
+                            static_cast<double>(r.allocations) / x.job.w.maps);
+            std::printf("\n");
         }
-    std::printf("\nMB per CPU second (generation alone: %.3f CPU s; x = against the best "
-                "file-based shuffle)\n",
-                gen_cpu);
-    std::printf("%-14s %6s | %6s %6s | %6s %6s | %6s %6s | %6s %6s | %7s %6s | %7s %6s | %8s %6s | "
-                "%7s %7s\n",
-                "backend", "wr_ns", "map", "x", "reduce", "x", "whole", "x", "write", "x", "read",
-                "x", "setup s", "", "+setup", "x", "space/B", "alloc/M");
-    for (const row& x : rows) {
-        if (x.job.backend == backend_kind::generate_only)
-            continue;
-        const job_result& r = x.r;
-        std::printf("%-14s %6u | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %7.0f "
-                    "%5.1fx | %7.3f %6s | %8.0f %5.2fx | %7.3f %7.1f\n",
-                    r.backend.c_str(), r.write_ns, r.map_cpu_mbps(), ratio(r.map_cpu_mbps(), b_map),
-                    r.reduce_cpu_mbps(), ratio(r.reduce_cpu_mbps(), b_red), r.shuffle_cpu_mbps(),
-                    ratio(r.shuffle_cpu_mbps(), b_all), write_cpu(r), ratio(write_cpu(r), b_write),
-                    read_cpu(r), ratio(read_cpu(r), b_read), r.setup_cpu_s, "", setup_cpu(r),
-                    ratio(setup_cpu(r), b_setup), r.space_ratio(),
-                    static_cast<double>(r.allocations) / x.job.w.maps);
     }
-    // Wall-clock time.
-    auto write_wall = [&](const job_result& r) { return per(r, r.map_s - gen_wall); };
-    auto setup_wall = [&](const job_result& r) { return per(r, r.map_s + r.reduce_s + r.setup_s); };
-    double w_all = 0, w_map = 0, w_red = 0, w_write = 0, w_setup = 0;
-    for (const row& x : rows)
-        if (is_file(x)) {
-            w_all = std::max(w_all, x.r.shuffle_mbps());
-            w_map = std::max(w_map, x.r.map_mbps());
-            w_red = std::max(w_red, x.r.reduce_mbps());
-            w_write = std::max(w_write, write_wall(x.r));
-            w_setup = std::max(w_setup, setup_wall(x.r));
-        }
-    std::printf("\nMB per wall-clock second (generation alone: %.3f s)\n", gen_wall);
-    std::printf("%-14s %6s | %6s %6s | %6s %6s | %6s %6s | %6s %6s | %7s | %8s %6s\n", "backend",
-                "wr_ns", "map", "x", "reduce", "x", "whole", "x", "write", "x", "setup s", "+setup",
-                "x");
-    for (const row& x : rows) {
-        if (x.job.backend == backend_kind::generate_only)
-            continue;
-        const job_result& r = x.r;
-        std::printf(
-            "%-14s %6u | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %6.0f %5.2fx | %7.3f | "
-            "%8.0f %5.2fx\n",
-            r.backend.c_str(), r.write_ns, r.map_mbps(), ratio(r.map_mbps(), w_map),
-            r.reduce_mbps(), ratio(r.reduce_mbps(), w_red), r.shuffle_mbps(),
-            ratio(r.shuffle_mbps(), w_all), write_wall(r), ratio(write_wall(r), w_write), r.setup_s,
-            setup_wall(r), ratio(setup_wall(r), w_setup));
-    }
+    if (not_positive)
+        std::printf("n/a: the backend's stages took no more time than the in-memory baseline's "
+                    "(noise): no rate, and no x against it\n");
+}
+
+/// The shuffle-alone figures of a row for the CSV and JSON outputs: the baseline's stages,
+/// and the backend's less them; empty (null) without a baseline, and the rate empty if the
+/// difference is not positive.
+struct alone_fields {
+    std::string base_cpu, alone_cpu, alone_cpu_mbps, base_wall, alone_wall, alone_mbps;
+};
+
+alone_fields alone_of(const row& x, const baseline& b) {
+    alone_fields f;
+    if (!b.found)
+        return f;
+    auto num = [](std::optional<double> v) {
+        if (!v)
+            return std::string();
+        std::ostringstream o;
+        o << *v;
+        return o.str();
+    };
+    f.base_cpu = num(b.map_cpu + b.reduce_cpu);
+    f.base_wall = num(b.map_wall + b.reduce_wall);
+    f.alone_cpu = num(shuffle_alone_s(x.r, b, true));
+    f.alone_wall = num(shuffle_alone_s(x.r, b, false));
+    f.alone_cpu_mbps = num(rate(x.r, shuffle_alone_s(x.r, b, true)));
+    f.alone_mbps = num(rate(x.r, shuffle_alone_s(x.r, b, false)));
+    return f;
 }
 
 void write_csv(const std::string& path, const std::vector<row>& rows) {
@@ -338,11 +470,14 @@ void write_csv(const std::string& path, const std::vector<row>& rows) {
          "input_bytes,shuffle_bytes,shuffle_records,map_s,reduce_s,map_cpu_s,reduce_cpu_s,"
          "fetch_cpu_s,setup_s,setup_cpu_s,map_MBps,reduce_MBps,shuffle_MBps,map_cpu_MBps,reduce_"
          "cpu_MBps,"
-         "shuffle_cpu_MBps,space_bytes,space_ratio,superblock_bytes,allocations,allocations_per_"
+         "shuffle_cpu_MBps,baseline_cpu_s,shuffle_alone_cpu_s,shuffle_alone_cpu_MBps,baseline_s,"
+         "shuffle_alone_s,shuffle_alone_MBps,space_bytes,space_ratio,superblock_bytes,allocations,"
+         "allocations_per_"
          "map,"
          "empty_chunks,transactions,aborts,log_bytes,flushed_lines,fences,checksum,valid\n";
     for (const row& x : rows) {
         const job_result& r = x.r;
+        alone_fields a = alone_of(x, baseline_of(rows, x.mode));
         char sum[24];
         std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.checksum));
         f << x.mode << ',' << to_string(x.job.w.kind) << ',' << r.backend << ',' << r.write_ns
@@ -352,8 +487,10 @@ void write_csv(const std::string& path, const std::vector<row>& rows) {
           << r.map_s << ',' << r.reduce_s << ',' << r.map_cpu_s << ',' << r.reduce_cpu_s << ','
           << r.fetch_cpu_s << ',' << r.setup_s << ',' << r.setup_cpu_s << ',' << r.map_mbps() << ','
           << r.reduce_mbps() << ',' << r.shuffle_mbps() << ',' << r.map_cpu_mbps() << ','
-          << r.reduce_cpu_mbps() << ',' << r.shuffle_cpu_mbps() << ',' << r.space_bytes << ','
-          << r.space_ratio() << ',' << r.superblock_bytes << ',' << r.allocations << ','
+          << r.reduce_cpu_mbps() << ',' << r.shuffle_cpu_mbps() << ',' << a.base_cpu << ','
+          << a.alone_cpu << ',' << a.alone_cpu_mbps << ',' << a.base_wall << ',' << a.alone_wall
+          << ',' << a.alone_mbps << ',' << r.space_bytes << ',' << r.space_ratio() << ','
+          << r.superblock_bytes << ',' << r.allocations << ','
           << static_cast<double>(r.allocations) / x.job.w.maps << ',' << r.empty_chunks << ','
           << r.transactions << ',' << r.aborts << ',' << r.log_bytes << ',' << r.flushed_lines
           << ',' << r.fences << ',' << sum << ',' << (r.error.empty() ? 1 : 0) << '\n';
@@ -366,6 +503,8 @@ void write_json(const std::string& path, const std::vector<row>& rows) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const row& x = rows[i];
         const job_result& r = x.r;
+        alone_fields a = alone_of(x, baseline_of(rows, x.mode));
+        auto value = [](const std::string& v) { return v.empty() ? std::string("null") : v; };
         char sum[24];
         std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.checksum));
         f << "  {\"mode\": \"" << x.mode << "\", \"workload\": \"" << to_string(x.job.w.kind)
@@ -379,10 +518,18 @@ void write_json(const std::string& path, const std::vector<row>& rows) {
           << ", \"reduce_cpu_s\": " << r.reduce_cpu_s << ", \"fetch_cpu_s\": " << r.fetch_cpu_s
           << ", \"setup_s\": " << r.setup_s << ", \"setup_cpu_s\": " << r.setup_cpu_s
           << ", \"map_MBps\": " << r.map_mbps() << ", \"reduce_MBps\": " << r.reduce_mbps()
-          << ", \"shuffle_MBps\": " << r.shuffle_mbps() << ", \"space_bytes\": " << r.space_bytes
-          << ", \"space_ratio\": " << r.space_ratio() << ", \"allocations\": " << r.allocations
-          << ", \"empty_chunks\": " << r.empty_chunks << ", \"aborts\": " << r.aborts
-          << ", \"log_bytes\": " << r.log_bytes << ", \"checksum\": \"" << sum
+          << ", \"shuffle_MBps\": " << r.shuffle_mbps()
+          << ", \"shuffle_cpu_MBps\": " << r.shuffle_cpu_mbps()
+          << ", \"baseline_cpu_s\": " << value(a.base_cpu)
+          << ", \"shuffle_alone_cpu_s\": " << value(a.alone_cpu)
+          << ", \"shuffle_alone_cpu_MBps\": " << value(a.alone_cpu_mbps)
+          << ", \"baseline_s\": " << value(a.base_wall)
+          << ", \"shuffle_alone_s\": " << value(a.alone_wall)
+          << ", \"shuffle_alone_MBps\": " << value(a.alone_mbps)
+          << ", \"space_bytes\": " << r.space_bytes << ", \"space_ratio\": " << r.space_ratio()
+          << ", \"allocations\": " << r.allocations << ", \"empty_chunks\": " << r.empty_chunks
+          << ", \"aborts\": " << r.aborts << ", \"log_bytes\": " << r.log_bytes
+          << ", \"checksum\": \"" << sum
           << "\", \"valid\": " << (r.error.empty() ? "true" : "false") << "}"
           << (i + 1 < rows.size() ? "," : "") << "\n";
     }
@@ -491,18 +638,16 @@ int main(int argc, char** argv) {
                     o.tag = to_string(b);
                     configs.push_back(o);
                 }
-            std::vector<double> round_ratio; // tlptm-private's whole / the best file's, per round
+            // Per round, at the first write latency: tlptm-private against the best file
+            // shuffle, on the whole job and on the shuffle alone (the stages less the in-memory
+            // baseline's of the same round).
+            std::vector<double> round_whole, round_alone;
+            unsigned alone_na = 0;
             for (unsigned k = 0; k < c.repeat; ++k) {
-                double mine = 0, best_file = 0;
+                std::vector<job_result> got(configs.size());
                 for (std::size_t i = 0; i < configs.size(); ++i) {
-                    job_result r = run_job(configs[i]);
-                    if (configs[i].write_ns == c.write_ns.front()) {
-                        if (configs[i].backend == backend_kind::tlptm_private)
-                            mine = r.shuffle_cpu_mbps();
-                        else if (!is_tlptm(configs[i].backend) &&
-                                 configs[i].backend != backend_kind::generate_only)
-                            best_file = std::max(best_file, r.shuffle_cpu_mbps());
-                    }
+                    job_result& r = got[i];
+                    r = run_job(configs[i]);
                     if (k == 0) {
                         rows.push_back(row{c.mode, configs[i], r});
                     } else if (rows[i].r.error.empty() &&
@@ -512,22 +657,73 @@ int main(int argc, char** argv) {
                         rows[i].r = r;
                     }
                 }
-                if (mine > 0 && best_file > 0)
-                    round_ratio.push_back(mine / best_file);
+                std::vector<row> round;
+                for (std::size_t i = 0; i < configs.size(); ++i)
+                    if (configs[i].write_ns == c.write_ns.front())
+                        round.push_back(row{c.mode, configs[i], got[i]});
+                const job_result* mine = nullptr;
+                double best_file = 0;
+                for (const row& x : round)
+                    if (x.job.backend == backend_kind::tlptm_private)
+                        mine = &x.r;
+                    else if (is_file(x.job.backend))
+                        best_file = std::max(best_file, x.r.shuffle_cpu_mbps());
+                if (!mine || best_file <= 0)
+                    continue;
+                round_whole.push_back(mine->shuffle_cpu_mbps() / best_file);
+                baseline base = baseline_of(round, c.mode);
+                if (!base.found)
+                    continue;
+                // The ratio of rates is the ratio of costs (the same bytes): the best file
+                // shuffle's least cost over tlptm's. A cost at or below 0 is noise: tlptm's
+                // makes the round's ratio unbounded (inf: above every measured one for the
+                // median), a file shuffle's makes it 0; both, no ratio.
+                double mine_s = *shuffle_alone_s(*mine, base, true);
+                std::optional<double> file_s;
+                for (const row& x : round)
+                    if (is_file(x.job.backend)) {
+                        double s = *shuffle_alone_s(x.r, base, true);
+                        file_s = file_s ? std::min(*file_s, s) : s;
+                    }
+                if (mine_s > 0)
+                    round_alone.push_back(std::max(0.0, *file_s) / mine_s);
+                else if (*file_s > 0)
+                    round_alone.push_back(std::numeric_limits<double>::infinity());
+                else
+                    ++alone_na;
             }
             for (const row& x : rows) {
                 if (!c.quiet)
                     print_row(x);
                 failed |= !x.r.error.empty();
             }
-            if (round_ratio.size() > 1) {
-                std::vector<double> sorted = round_ratio;
-                std::sort(sorted.begin(), sorted.end());
-                std::printf("whole shuffle, MB per CPU s, tlptm-private / best file shuffle, per "
-                            "round:");
-                for (double x : round_ratio)
+            auto print_rounds = [](const char* what, const std::vector<double>& v) {
+                std::printf("%s, MB per CPU s, tlptm-private / best file shuffle, per round:",
+                            what);
+                for (double x : v)
                     std::printf(" %.2f", x);
-                std::printf("; median %.2f\n", sorted[sorted.size() / 2]);
+                if (v.empty())
+                    std::printf(" none; median n/a\n");
+                else
+                    std::printf("; median %.2f\n", median(v));
+            };
+            if (c.repeat > 1 && !round_whole.empty())
+                print_rounds("whole job (map + reduce)", round_whole);
+            if (c.repeat > 1 && (!round_alone.empty() || alone_na > 0)) {
+                print_rounds("shuffle alone (less the in-memory baseline)", round_alone);
+                bool inf = std::any_of(round_alone.begin(), round_alone.end(),
+                                       [](double x) { return std::isinf(x); });
+                bool zero = std::any_of(round_alone.begin(), round_alone.end(),
+                                        [](double x) { return x == 0; });
+                if (inf)
+                    std::printf("  inf: tlptm-private's stages took no more CPU time than the "
+                                "baseline's in that round (noise; counted above every ratio)\n");
+                if (zero)
+                    std::printf("  0: the best file shuffle's stages took no more CPU time than "
+                                "the baseline's in that round (noise)\n");
+                if (alone_na > 0)
+                    std::printf("  %u rounds left out: both took no more than the baseline\n",
+                                alone_na);
             }
         }
         for (std::uint32_t ns : c.write_ns) {
@@ -558,8 +754,7 @@ int main(int argc, char** argv) {
             print_summary(rows);
         // Every backend of a mode must agree on the result.
         for (const row& x : rows)
-            if (x.job.backend != backend_kind::generate_only && x.r.error.empty() &&
-                x.r.checksum != rows.front().r.checksum) {
+            if (x.r.error.empty() && x.r.checksum != rows.front().r.checksum) {
                 std::printf("checksums differ between backends\n");
                 failed = true;
                 break;
