@@ -23,9 +23,13 @@ struct chase_node {
     tlptm::p<std::uint64_t> value;
 };
 
+/// A multi-word value, as a hash table's value of --value-size bytes.
+template <std::size_t Bytes> struct blob { std::uint64_t w[Bytes / 8]; };
+
 struct bench_root {
     tlptm::p<std::uint64_t> words[64];
     chase_node chain[4];
+    tlptm::p<blob<1024>> big; ///< 64-byte aligned (the root is)
 };
 
 std::string bench_path() {
@@ -118,6 +122,40 @@ void bm_pointer_chase(benchmark::State& state) {
         benchmark::DoNotOptimize(sum);
     }
     report(state, b.pool.stats() - s0);
+}
+
+/// A read-modify-write of a `Bytes`-byte value (range(1)), as an update of a hash table's
+/// value: one transactional read of the whole value, one store of the whole new value. Measures
+/// the per-word cost of the read path, the write-set, the entry's encoding and the write-back.
+void bm_value_update(benchmark::State& state) {
+    bench_pool b(static_cast<tlptm::log_mode>(state.range(0)));
+    const auto bytes = static_cast<std::size_t>(state.range(1));
+    auto* value = reinterpret_cast<std::uint64_t*>(&b.root->big);
+    std::uint64_t buf[1024 / 8];
+    auto s0 = b.pool.stats();
+    for (auto _ : state) {
+        tlptm::atomic(b.pool, [&](tlptm::tx& tx) {
+            tx.read(buf, value, bytes);
+            for (std::size_t i = 0; i < bytes / 8; ++i)
+                ++buf[i];
+            tx.write(value, buf, bytes);
+        });
+    }
+    report(state, b.pool.stats() - s0);
+    state.SetLabel(std::string(tlptm::to_string(static_cast<tlptm::log_mode>(state.range(0)))) +
+                   " " + std::to_string(bytes) + " B");
+}
+
+/// A read-only transaction that reads a `Bytes`-byte value (range(1)) with one call.
+void bm_value_read(benchmark::State& state) {
+    bench_pool b(tlptm::log_mode::tlptm);
+    const auto bytes = static_cast<std::size_t>(state.range(0));
+    const auto* value = reinterpret_cast<const std::uint64_t*>(&b.root->big);
+    std::uint64_t buf[1024 / 8];
+    for (auto _ : state) {
+        tlptm::atomic(b.pool, [&](tlptm::tx& tx) { tx.read(buf, value, bytes); });
+        benchmark::DoNotOptimize(buf);
+    }
 }
 
 /// Shared by the threads of the multi-threaded benchmarks: made by thread 0 before the loop
@@ -218,6 +256,9 @@ BENCHMARK(bm_read_only)->Apply(modes);
 BENCHMARK(bm_pointer_chase)->Apply(modes);
 BENCHMARK(bm_update_threads)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_alloc_free)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(bm_value_update)
+    ->ArgsProduct({{static_cast<int>(tlptm::log_mode::tlptm)}, {8, 64, 256, 1024}});
+BENCHMARK(bm_value_read)->Arg(8)->Arg(64)->Arg(256)->Arg(1024);
 BENCHMARK(bm_bulk_load)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
@@ -306,6 +307,71 @@ TEST_CASE("write_set merges masked stores and finds words past the linear limit"
     ws.clear();
     CHECK(ws.empty());
     CHECK(ws.find(8) == nullptr);
+}
+
+TEST_CASE("write_set agrees with a plain map over mixed ascending, bulk and random stores") {
+    // Ascending stores keep the set sorted (binary search past the linear limit); the first
+    // store below the top switches it to its hash index; put_words adds a run at once above
+    // the top and word by word otherwise. Every mix must find exactly what a map holds.
+    std::mt19937_64 rng(42);
+    for (int round = 0; round < 200; ++round) {
+        tlptm::detail::write_set ws;
+        std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> want; // value, mask
+        auto merge = [&](std::uint64_t off, std::uint64_t v, std::uint64_t m) {
+            auto& [wv, wm] = want[off];
+            wv = (wv & ~m) | (v & m);
+            wm |= m;
+        };
+        std::uint64_t top = 0;
+        const int ops = 1 + static_cast<int>(rng() % 120);
+        for (int k = 0; k < ops; ++k) {
+            const unsigned kind = static_cast<unsigned>(rng() % 4);
+            if (kind == 0) { // ascending single word
+                top += 8 * (1 + rng() % 3);
+                std::uint64_t v = rng();
+                ws.put(top, v, ~std::uint64_t{0});
+                merge(top, v, ~std::uint64_t{0});
+            } else if (kind == 1) { // a run, usually above the top, sometimes overlapping it
+                std::uint64_t n = 1 + rng() % 40;
+                std::uint64_t at =
+                    rng() % 4 == 0 && top >= 64 ? top - 8 * (rng() % 8) : top + 8 * (1 + rng() % 2);
+                std::vector<std::uint8_t> bytes(8 * n);
+                for (auto& b : bytes)
+                    b = static_cast<std::uint8_t>(rng());
+                ws.put_words(at, bytes.data(), n);
+                for (std::uint64_t i = 0; i < n; ++i) {
+                    std::uint64_t v;
+                    std::memcpy(&v, bytes.data() + 8 * i, 8);
+                    merge(at + 8 * i, v, ~std::uint64_t{0});
+                }
+                top = std::max(top, at + 8 * (n - 1));
+            } else { // anywhere below the top, partial or full
+                std::uint64_t off = 8 * (rng() % (top / 8 + 1));
+                std::uint64_t m = kind == 2 ? ~std::uint64_t{0} : 0xFFull << (8 * (rng() % 8));
+                std::uint64_t v = rng();
+                ws.put(off, v, m);
+                merge(off, v, m);
+            }
+        }
+        REQUIRE(ws.size() == want.size());
+        for (std::uint64_t off = 0; off <= top + 16; off += 8) {
+            const auto* e = ws.find(off);
+            auto it = want.find(off);
+            REQUIRE((e != nullptr) == (it != want.end()));
+            if (e) {
+                CHECK(e->value == (it->second.first & it->second.second));
+                CHECK(e->mask == it->second.second);
+            }
+        }
+        ws.sort_for_commit();
+        REQUIRE(ws.size() == want.size());
+        auto it = want.begin();
+        for (const log_record& r : ws.entries()) {
+            CHECK(r.offset == it->first);
+            CHECK(r.mask == it->second.second);
+            ++it;
+        }
+    }
 }
 
 TEST_CASE("the worked example of docs/log-format.md") {

@@ -79,12 +79,17 @@ inline bool extend_snapshot(thread_slot& s) noexcept {
 /// granule), consistently with the transaction's snapshot (I6: never a value newer than the
 /// snapshot, nor one being written back): one orec check and one read-set entry for them all.
 inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words,
-                         std::uint64_t* out) {
+                         std::uint8_t* out) {
     pool_state& st = *s.pool;
     const std::uint64_t* word = st.word_at(offset);
+    auto load_words = [&] { // `out` need not be aligned
+        for (std::size_t k = 0; k < words; ++k) {
+            std::uint64_t v = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
+            std::memcpy(out + 8 * k, &v, 8);
+        }
+    };
     if (s.serial) { // nobody else runs
-        for (std::size_t k = 0; k < words; ++k)
-            out[k] = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
+        load_words();
         return;
     }
     std::uint32_t idx = st.orecs.index(offset);
@@ -97,8 +102,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
             cpu_relax();
             continue;
         }
-        for (std::size_t k = 0; k < words; ++k)
-            out[k] = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
+        load_words();
         if (orec.load(std::memory_order_acquire) != o1)
             continue;
         if (orec_table::version(o1) > s.snapshot) {
@@ -132,6 +136,17 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
         return;
     }
     const std::uint64_t end = off + n;
+    if (s.writes.empty() && off % 8 == 0 && n % 8 == 0) {
+        // Whole words and no own writes (a value read before it is updated): each granule's
+        // words go straight to the destination.
+        for (std::uint64_t pos = off; pos < end;) {
+            const std::uint64_t stop = std::min(end, (pos | (granule_bytes - 1)) + 1);
+            read_granule(s, pos, static_cast<std::size_t>((stop - pos) / 8), out);
+            out += stop - pos;
+            pos = stop;
+        }
+        return;
+    }
     for (std::uint64_t pos = off; pos < end;) {
         // The words of [pos, end) that lie in pos's granule.
         const std::uint64_t first = pos & ~std::uint64_t{7};
@@ -149,7 +164,7 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
             }
         }
         if (need_pool)
-            read_granule(s, first, words, buf);
+            read_granule(s, first, words, reinterpret_cast<std::uint8_t*>(buf));
         for (std::size_t k = 0; k < words; ++k)
             if (own[k])
                 buf[k] = (need_pool ? buf[k] & ~own[k]->mask : 0) | (own[k]->value & own[k]->mask);
@@ -224,6 +239,10 @@ inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::
     auto* in = static_cast<const std::uint8_t*>(src);
     std::uint64_t at = st.offset_of(dst);
     if (at % 8 == 0 && n % 8 == 0) { // whole words (the common case): no masks to build
+        if (s.writes.size() + n / 8 < s.overflow_check_at) { // no size check due: all at once
+            s.writes.put_words(at, in, n / 8);
+            return;
+        }
         for (std::size_t done = 0; done < n; done += 8) {
             std::uint64_t v;
             std::memcpy(&v, in + done, 8);

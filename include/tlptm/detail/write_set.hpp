@@ -2,12 +2,16 @@
 //
 // Keyed by the pool offset of an aligned 8-byte word; each entry holds the word's new value and
 // a byte mask (0xFF per byte written). Small write-sets (the common case) are searched linearly
-// behind a 64-bit filter; larger ones get an open-addressing index.
+// behind a 64-bit filter. A larger set whose words were all stored in ascending address order
+// (a multi-word value, a struct, an array: the common bulk case) is still sorted and is
+// binary-searched; any other larger set gets an open-addressing index.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <tlptm/log.hpp>
@@ -33,7 +37,7 @@ public:
     /// Merges a store of `value` under `mask` into the word at `offset` (8-aligned).
     void put(std::uint64_t offset, std::uint64_t value, std::uint64_t mask) {
         // Above every word of the set (stores in address order, as a multi-word value is
-        // written): surely new, whatever the filter says.
+        // written): surely new, whatever the filter says, and the set stays sorted.
         const bool above = entries_.empty() || offset > top_;
         if (above)
             top_ = offset;
@@ -46,12 +50,40 @@ public:
         }
         filter_ |= filter_bit(offset);
         entries_.push_back(entry{offset, value & mask, mask});
-        if (entries_.size() > linear_limit) {
-            if (index_.empty() || entries_.size() * 2 > index_.size())
-                rebuild_index(std::max<std::size_t>(64, index_.size() * 2));
-            else
-                index_insert(static_cast<std::uint32_t>(entries_.size() - 1));
+        if (!above)
+            sorted_ = false;
+        if (!sorted_ && entries_.size() > linear_limit)
+            index_from(entries_.size() - 1);
+    }
+
+    /// Stores `n` whole words from `src` (unaligned bytes) at `offset`, `offset + 8`, ...: the
+    /// same as n calls of put with a full mask, in one step when they all lie above every word
+    /// of the set (a value stored whole, the common case).
+    void put_words(std::uint64_t offset, const std::uint8_t* src, std::size_t n) {
+        if (n == 0)
+            return;
+        if (!entries_.empty() && offset <= top_) {
+            for (std::size_t k = 0; k < n; ++k) {
+                std::uint64_t v;
+                std::memcpy(&v, src + 8 * k, 8);
+                put(offset + 8 * k, v, ~std::uint64_t{0});
+            }
+            return;
         }
+        const std::size_t first = entries_.size();
+        if (entries_.capacity() < first + n)
+            entries_.reserve(std::max(first + n, 2 * entries_.capacity()));
+        std::uint64_t bits = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+            std::uint64_t v;
+            std::memcpy(&v, src + 8 * k, 8);
+            entries_.push_back(entry{offset + 8 * k, v, ~std::uint64_t{0}});
+            bits |= filter_bit(offset + 8 * k);
+        }
+        filter_ |= bits;
+        top_ = offset + 8 * (n - 1);
+        if (!sorted_ && entries_.size() > linear_limit)
+            index_from(first);
     }
 
     /// Sorts the entries by offset (commit time: the log and write-back walk them in order).
@@ -59,8 +91,9 @@ public:
     void sort_for_commit() {
         auto by_offset = [](const entry& a, const entry& b) { return a.offset < b.offset; };
         // Stores of a value or a struct come in address order: often nothing to sort.
-        if (!std::is_sorted(entries_.begin(), entries_.end(), by_offset))
+        if (!sorted_ && !std::is_sorted(entries_.begin(), entries_.end(), by_offset))
             std::sort(entries_.begin(), entries_.end(), by_offset);
+        sorted_ = true;
         index_.clear();
         filter_ = ~std::uint64_t{0}; // keep find() correct (linear) if someone still looks
     }
@@ -69,6 +102,7 @@ public:
         entries_.clear();
         index_.clear();
         filter_ = 0;
+        sorted_ = true;
     }
 
 private:
@@ -83,6 +117,12 @@ private:
 
     entry* lookup(std::uint64_t offset) const noexcept {
         auto* self = const_cast<write_set*>(this);
+        if (sorted_ && entries_.size() > linear_limit) {
+            auto it =
+                std::lower_bound(self->entries_.begin(), self->entries_.end(), offset,
+                                 [](const entry& e, std::uint64_t off) { return e.offset < off; });
+            return it != self->entries_.end() && it->offset == offset ? &*it : nullptr;
+        }
         if (index_.empty()) {
             for (entry& e : self->entries_)
                 if (e.offset == offset)
@@ -107,6 +147,18 @@ private:
         index_[i] = idx + 1;
     }
 
+    /// Adds entries [first, size()) to the index (an unsorted set past the linear limit is
+    /// indexed in full); rebuilds it, at most half full, when it would pass half full, or when it
+    /// does not exist yet (the set was sorted, or linear, until now).
+    void index_from(std::size_t first) {
+        if (index_.empty() || entries_.size() * 2 > index_.size()) {
+            rebuild_index(std::max<std::size_t>(64, std::bit_ceil(entries_.size() * 2)));
+            return;
+        }
+        for (std::size_t k = first; k < entries_.size(); ++k)
+            index_insert(static_cast<std::uint32_t>(k));
+    }
+
     void rebuild_index(std::size_t cap) {
         index_.assign(cap, 0);
         for (std::size_t i = 0; i < entries_.size(); ++i)
@@ -117,6 +169,9 @@ private:
     std::vector<std::uint32_t> index_; ///< 0 = empty, else entry index + 1; size a power of 2
     std::uint64_t filter_ = 0;         ///< one bit per hash bucket of the words written
     std::uint64_t top_ = 0;            ///< the largest offset in the set (if not empty)
+    /// Every entry was added above all earlier ones: the entries are in ascending order and a
+    /// large set is binary-searched instead of indexed.
+    bool sorted_ = true;
 };
 
 } // namespace tlptm::detail
