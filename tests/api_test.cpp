@@ -294,6 +294,50 @@ TEST_CASE("pointers between objects in the pool survive a reopen") {
     CHECK(r->head->key.get() == 30);
 }
 
+TEST_CASE("log_write: entries written with stores and flushes are counted as whole lines and "
+          "are replayed by recovery") {
+    for (auto lw : {tlptm::log_write::non_temporal, tlptm::log_write::store_and_flush}) {
+        CAPTURE(static_cast<int>(lw));
+        tlptm_test::temp_path path("log-write"), image("log-write-image");
+        auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);
+        opt.log_write = lw;
+        {
+            auto pool = tlptm::pool::create(path, opt);
+            auto* r = pool.root<api_root>();
+            tlptm::atomic(pool, [&] { r->u64 = 1; });
+            auto s0 = pool.stats();
+            for (std::uint64_t i = 0; i < 50; ++i)
+                tlptm::atomic(pool, [&] {
+                    r->u64 = i + 2;
+                    r->words[i % 64] = i;
+                });
+            auto d = pool.stats() - s0;
+            CHECK(d.log_bytes == 50 * (16 + 2 * 24));
+            if (lw == tlptm::log_write::non_temporal) {
+                CHECK(d.streamed_bytes == d.log_bytes);
+                CHECK(d.log_lines_flushed == 0);
+            } else {
+                CHECK(d.streamed_bytes == 0);
+                // 64-byte entries laid end to end: one or two lines each.
+                CHECK(d.log_lines_flushed >= 50);
+                CHECK(d.log_lines_flushed <= 100);
+            }
+            CHECK(d.pm_bytes_written() ==
+                  d.streamed_bytes + 64 * (d.flushed_lines + d.log_lines_flushed));
+            CHECK(d.fences == 50);
+            // The file as a crash would leave it: the checkpoint has not passed the last
+            // commits, so opening it replays their entries.
+            std::filesystem::copy_file(path.str(), image.str());
+            pool.close();
+        }
+        auto pool = tlptm::pool::open(image, opt);
+        CHECK(pool.last_recovery().entries_replayed > 0);
+        auto* r = pool.root<api_root>();
+        CHECK(r->u64 == 51);
+        CHECK(r->words[49] == 49);
+    }
+}
+
 TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update, eager write-back") {
     tlptm_test::temp_path path("stats");
     auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);

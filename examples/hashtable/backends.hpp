@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -126,6 +127,15 @@ private:
         if (const char* wb = std::getenv("TLPTM_WRITE_BACK"))
             o.write_back =
                 std::string(wb) == "lazy" ? tlptm::write_back::lazy : tlptm::write_back::eager;
+        // TLPTM_LOG_WRITE=nt|flush compares the ways of writing log entries (default: the
+        // library's, non-temporal).
+        if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {
+            const std::string v(lw);
+            if (v == "flush")
+                o.log_write = tlptm::log_write::store_and_flush;
+            else if (v != "nt" && !v.empty())
+                throw std::invalid_argument("TLPTM_LOG_WRITE must be nt or flush, not '" + v + "'");
+        }
         o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
         const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
         // Room for the nodes in their size class, the bucket array, every log ring, and a

@@ -38,12 +38,15 @@ struct heap_stats {
 /// threads (live and exited). Returned by pool::stats(); subtract two snapshots to measure an
 /// interval.
 struct stats {
-    std::uint64_t tx_committed = 0;       ///< update transactions committed
-    std::uint64_t tx_read_only = 0;       ///< read-only transactions committed (no log, no fence)
-    std::uint64_t tx_aborted = 0;         ///< transactions aborted (exception, conflict, overflow)
-    std::uint64_t log_bytes = 0;          ///< bytes of log entries written (headers included)
-    std::uint64_t streamed_bytes = 0;     ///< bytes written with non-temporal stores
-    std::uint64_t flushed_lines = 0;      ///< cache lines flushed (CLWB / CLFLUSHOPT / CLFLUSH)
+    std::uint64_t tx_committed = 0;   ///< update transactions committed
+    std::uint64_t tx_read_only = 0;   ///< read-only transactions committed (no log, no fence)
+    std::uint64_t tx_aborted = 0;     ///< transactions aborted (exception, conflict, overflow)
+    std::uint64_t log_bytes = 0;      ///< bytes of log entries written (headers included)
+    std::uint64_t streamed_bytes = 0; ///< bytes written with non-temporal stores
+    std::uint64_t flushed_lines = 0;  ///< cache lines flushed (CLWB / CLFLUSHOPT / CLFLUSH)
+    /// Lines of log entries written with ordinary stores and flushed (log_write), whole lines
+    /// written back (not in flushed_lines, which counts the data's lines)
+    std::uint64_t log_lines_flushed = 0;
     std::uint64_t fences = 0;             ///< store fences (SFENCE) or msync calls standing for one
     std::uint64_t data_bytes_written = 0; ///< bytes written back in place at commit
     std::uint64_t aalo_bytes = 0; ///< bytes stored in place into memory the transaction allocated
@@ -54,8 +57,10 @@ struct stats {
     std::uint64_t write_back_batches = 0; ///< batches that made pending write-back durable
     heap_stats heap; ///< the allocator now (operators + and - keep the left operand's)
 
-    /// Persistent-memory bytes written: streamed bytes plus whole flushed lines.
-    std::uint64_t pm_bytes_written() const noexcept { return streamed_bytes + 64 * flushed_lines; }
+    /// Persistent-memory bytes written: streamed bytes plus whole flushed lines (data and log).
+    std::uint64_t pm_bytes_written() const noexcept {
+        return streamed_bytes + 64 * (flushed_lines + log_lines_flushed);
+    }
 
     friend stats operator-(stats a, const stats& b) noexcept {
         a.tx_committed -= b.tx_committed;
@@ -64,6 +69,7 @@ struct stats {
         a.log_bytes -= b.log_bytes;
         a.streamed_bytes -= b.streamed_bytes;
         a.flushed_lines -= b.flushed_lines;
+        a.log_lines_flushed -= b.log_lines_flushed;
         a.fences -= b.fences;
         a.data_bytes_written -= b.data_bytes_written;
         a.aalo_bytes -= b.aalo_bytes;
@@ -78,6 +84,7 @@ struct stats {
         a.log_bytes += b.log_bytes;
         a.streamed_bytes += b.streamed_bytes;
         a.flushed_lines += b.flushed_lines;
+        a.log_lines_flushed += b.log_lines_flushed;
         a.fences += b.fences;
         a.data_bytes_written += b.data_bytes_written;
         a.aalo_bytes += b.aalo_bytes;
@@ -93,8 +100,8 @@ namespace detail {
 /// read-modify-write on the hot path); pool::stats() reads them from any thread.
 struct thread_counters {
     std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
-        streamed_bytes{0}, flushed_lines{0}, fences{0}, data_bytes_written{0}, aalo_bytes{0},
-        round_trips{0}, write_back_batches{0};
+        streamed_bytes{0}, flushed_lines{0}, log_lines_flushed{0}, fences{0}, data_bytes_written{0},
+        aalo_bytes{0}, round_trips{0}, write_back_batches{0};
 
     static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
         c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
@@ -108,6 +115,7 @@ struct thread_counters {
         s.log_bytes = log_bytes.load(std::memory_order_relaxed);
         s.streamed_bytes = streamed_bytes.load(std::memory_order_relaxed);
         s.flushed_lines = flushed_lines.load(std::memory_order_relaxed);
+        s.log_lines_flushed = log_lines_flushed.load(std::memory_order_relaxed);
         s.fences = fences.load(std::memory_order_relaxed);
         s.data_bytes_written = data_bytes_written.load(std::memory_order_relaxed);
         s.aalo_bytes = aalo_bytes.load(std::memory_order_relaxed);

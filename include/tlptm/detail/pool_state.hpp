@@ -684,7 +684,7 @@ inline void choose_persistence(pool_state& st, const pool_options& opt) {
         k = persistence::kind::cpu;
         break;
     }
-    st.persist = persistence(k, opt.policy, write_ns);
+    st.persist = persistence(k, opt.policy, write_ns, opt.log_write);
 }
 
 /// Creates a new pool file. Throws pool_error (exists, no space, cannot map, options that
