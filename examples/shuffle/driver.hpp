@@ -370,47 +370,35 @@ inline job_result run_job(const job_options& o) {
     r.chunk_size = o.chunk_size;
     r.write_ns = o.write_ns;
     r.maps_run = o.w.maps;
-    if (o.backend == backend_kind::in_memory) {
-        auto t0 = std::chrono::steady_clock::now();
-        double c0 = detail::thread_cpu_s();
-        memory_store store(o.w, o.chunk_size, o.prefault, o.populate);
-        r.setup_cpu_s = detail::thread_cpu_s() - c0;
-        r.setup_s = detail::since(t0);
-        r.chunk_size = store.block_bytes();
-        std::atomic<std::uint64_t> blocks{0};
-        t0 = std::chrono::steady_clock::now();
-        r.map_cpu_s = detail::parallel_for(
-            detail::all_of(o.w.maps), o.threads,
-            [&](std::uint32_t m) { blocks += store.run_map_task(m); }, r.backend + " map",
-            o.progress);
-        r.map_s = detail::since(t0);
-        r.allocations = blocks.load();
-        r.space_bytes = store.space_used();
-        std::vector<map_summary> maps(o.w.maps);
-        for (std::uint32_t m = 0; m < o.w.maps; ++m)
-            maps[m] = store.summary(m);
-        detail::reduce_stage(o, store, maps, r);
-        return r;
-    }
-    std::string dir = o.file_dir();
-    std::filesystem::remove_all(dir);
+    // The map stage, then the reduce stage, on a store that is not tlptm's (blocks or files
+    // taken per map task: allocations).
     auto run = [&](auto& store, double setup_cpu, double setup) {
         r.setup_cpu_s = setup_cpu;
         r.setup_s = setup;
-        std::atomic<std::uint64_t> files{0};
+        std::atomic<std::uint64_t> taken{0};
         auto t0 = std::chrono::steady_clock::now();
         r.map_cpu_s = detail::parallel_for(
             detail::all_of(o.w.maps), o.threads,
-            [&](std::uint32_t m) { files += store.run_map_task(m); }, r.backend + " map",
+            [&](std::uint32_t m) { taken += store.run_map_task(m); }, r.backend + " map",
             o.progress);
         r.map_s = detail::since(t0);
-        r.allocations = files.load();
+        r.allocations = taken.load();
         r.space_bytes = store.space_used();
         std::vector<map_summary> maps(o.w.maps);
         for (std::uint32_t m = 0; m < o.w.maps; ++m)
             maps[m] = store.summary(m);
         detail::reduce_stage(o, store, maps, r);
     };
+    if (o.backend == backend_kind::in_memory) {
+        auto t0 = std::chrono::steady_clock::now();
+        double c0 = detail::thread_cpu_s();
+        memory_store store(o.w, o.chunk_size, o.prefault, o.populate);
+        r.chunk_size = store.block_bytes();
+        run(store, detail::thread_cpu_s() - c0, detail::since(t0));
+        return r;
+    }
+    std::string dir = o.file_dir();
+    std::filesystem::remove_all(dir);
     auto t0 = std::chrono::steady_clock::now();
     double c0 = detail::thread_cpu_s();
     if (o.backend == backend_kind::file_hash) {
