@@ -248,6 +248,23 @@ TEST_CASE("crash sweep: log rings wrap (checkpoint, new generation)") {
                     [](tlptm::log_mode m, int scale) { return sc::ring_wrap(m, 7 * scale); });
 }
 
+TEST_CASE("crash sweep: log entries written with stores and flushes (log_write)") {
+    // The entry reaches the ring as stores and a flush of their lines instead of a stream; a
+    // crash image may hold any prefix of each line's stores until F1.
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+        for (scenario s : {sc::multi_word(mode, 3 * size.scale), sc::list(mode, 6 * size.scale),
+                           sc::ring_wrap(mode, 7 * size.scale)}) {
+            s.options.log_write = tlptm::log_write::store_and_flush;
+            sweep_result r = sweep(s, size.cfg);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            total += r;
+        }
+    }
+    report_total("log-write-store-and-flush", total);
+}
+
 TEST_CASE("crash sweep: two threads, interleaved commits") {
     sweep_size size = sweep_settings();
     sweep_result total;
@@ -334,6 +351,14 @@ TEST_CASE("mutations of the persistence path are caught by the sweep") {
         cfg.mut = mutation::drop_flush(role::write_back_flush, 0);
         cfg.mut.every = true;
         expect_caught(sc::single_word(log_mode::tlptm, 3), cfg, "drop every write-back flush");
+    }
+    SUBCASE("drop a log entry's flush (log_write = store_and_flush): a returned transaction "
+            "is lost (I1)") {
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_flush(role::entry_flush, 1);
+        scenario s = sc::multi_word(log_mode::tlptm, 3);
+        s.options.log_write = tlptm::log_write::store_and_flush;
+        expect_caught(s, cfg, "drop the second entry flush");
     }
     SUBCASE("drop the flush of a new ring generation: the first entry does not validate") {
         sweep_config cfg = mutation_config();

@@ -149,10 +149,17 @@ public:
     /// flushes of their lines (log_write); durable after fence().
     void stream(persist_ctx& ctx, void* dst, const void* src, std::size_t n) const {
         ctx.pending = true;
-        if (store_log_ && !override_ && kind_ == kind::cpu) {
-            // Stores and CLWB (log_write): the lines are written back whole.
+        if (store_log_ && kind_ == kind::cpu) {
+            // Stores and CLWB (log_write): the lines are written back whole. A test's policy
+            // sees them as what they are, stores and a flush, so its crash images treat the
+            // entry like any stored data.
             std::memcpy(dst, src, n);
-            pmem_flush(dst, n);
+            if (override_) {
+                override_->stored(dst, n);
+                override_->flush(dst, n);
+            } else {
+                pmem_flush(dst, n);
+            }
             thread_counters::add(ctx.counters.log_lines_flushed, lines_of(dst, n));
             spin_ns(std::uint64_t{write_ns_} * lines_of(dst, n));
             return;

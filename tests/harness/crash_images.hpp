@@ -78,13 +78,14 @@ enum class role : std::uint8_t {
     none,              ///< a store or a marker
     entry,             ///< stream() into a ring: a log entry
     other_stream,      ///< stream() anywhere else
-    f1,                ///< fence with streamed bytes pending: a transaction's commit point (§4)
+    f1,                ///< fence with an entry pending (streamed or flushed): a commit point (§4)
     f2,                ///< the thread's next fence after its F1: the entry is applied
     fence,             ///< any other fence (CT, ring header, recovery, creation)
     aalo_flush,        ///< heap / metadata flush before a commit's stream (AALO lines, I4)
     write_back_flush,  ///< heap / metadata flush between F1 and F2 (written-back data)
     replay_flush,      ///< heap / metadata flush by recovery
     ring_header_flush, ///< flush of a ring's header line (generation, base_ts)
+    entry_flush,       ///< flush of a ring's data: a log entry written with stores (log_write)
     ct_flush,          ///< flush of the header line that holds CT
     other_flush,       ///< any other flush (header at creation, root descriptor)
 };
@@ -111,6 +112,8 @@ inline const char* to_string(role r) {
         return "replay flush";
     case role::ring_header_flush:
         return "ring header flush";
+    case role::entry_flush:
+        return "log entry flush";
     case role::ct_flush:
         return "CT flush";
     case role::other_flush:
@@ -149,7 +152,10 @@ inline std::vector<role> classify(const trace& t, const pool_layout& l, bool rec
                 r[i] = role::ct_flush;
             else if (l.ring_header(e.offset))
                 r[i] = role::ring_header_flush;
-            else if (l.in_data(e.offset))
+            else if (l.ring_data(e.offset)) { // an entry written with stores: like a stream
+                r[i] = role::entry_flush;
+                streamed[e.thread] = 1;
+            } else if (l.in_data(e.offset))
                 r[i] = recovery             ? role::replay_flush
                        : after_f1[e.thread] ? role::write_back_flush
                                             : role::aalo_flush;
