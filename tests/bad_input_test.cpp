@@ -637,15 +637,58 @@ TEST_CASE("log entries the checkpoint covers, of another generation or torn are 
         write_entry(path, 0, 0, e);
         expect_nothing_replayed(0);
     }
-    SUBCASE("an entry after a torn one") {
-        // The walk stops at the first entry that does not validate: the valid one behind it
-        // belongs to no committed sequence.
-        auto torn = make_entry(recs, ct + 1, rh.base_ts, rh.gen);
-        torn[torn.size() - 1] ^= 0x01;
-        write_entry(path, 0, 0, torn);
-        write_entry(path, 0, torn.size(),
+    SUBCASE("a damaged entry with only entries the checkpoint covers behind it") {
+        // Nothing behind the damage is lost: CT (raised here) covers it all.
+        const std::uint64_t raised = ct + 2;
+        write_at(path, offsetof(pool_header, checkpoint_ts), &raised, 8);
+        auto damaged = make_entry(recs, ct + 1, rh.base_ts, rh.gen);
+        damaged[damaged.size() - 1] ^= 0x01;
+        write_entry(path, 0, 0, damaged);
+        write_entry(path, 0, damaged.size(),
                     make_entry({{a_off, 888, all_bytes}}, ct + 2, ct + 1, rh.gen));
-        expect_nothing_replayed(0);
+        auto pl = tlptm::pool::open(path, small_options());
+        CHECK(pl.last_recovery().entries_replayed == 0);
+        CHECK(pl.last_recovery().checkpoint_after == raised);
+        CHECK(pl.root<small_root>()->a.get() == 1);
+    }
+}
+
+TEST_CASE("a damaged log entry with committed entries behind it is corruption, not a torn tail") {
+    // After a crash no valid entry follows an invalid one: each entry is fenced before the next
+    // is written, and a new opening starts a new generation. So a valid entry behind one that
+    // fails its checksum means the log was damaged after it was written; stopping at the damage
+    // (as for a torn tail) would silently lose the committed transactions behind it.
+    for (entry_format fmt : {entry_format::baseline, entry_format::compressed}) {
+        CAPTURE(static_cast<int>(fmt));
+        temp_path path("forge-damaged");
+        make_pool(path);
+        const pool_header h = read_header(path);
+        const std::uint64_t ct = checkpoint_of(path);
+        const ring_header rh = ring_of(path, 0);
+        const std::uint64_t a_off = h.root_offset + offsetof(small_root, a);
+        auto first = make_entry({{a_off, 777, all_bytes}}, ct + 1, rh.base_ts, rh.gen, fmt);
+        first[first.size() - 1] ^= 0x01; // a payload byte: the header still gives the length
+        write_entry(path, 0, 0, first);
+        write_entry(path, 0, first.size(),
+                    make_entry({{a_off, 888, all_bytes}}, ct + 2, ct + 1, rh.gen, fmt));
+        const std::vector<std::uint8_t> before = read_file(path);
+        try {
+            auto pl = tlptm::pool::open(path, small_options());
+            FAIL("the damaged log was recovered");
+        } catch (const tlptm::corruption_error& e) {
+            const std::string what = e.what();
+            CHECK(what.find("ring 0") != std::string::npos);
+            CHECK(what.find("fails its checksum, yet a valid entry follows it") !=
+                  std::string::npos);
+            CHECK(what.find("ts " + std::to_string(ct + 2)) != std::string::npos);
+        }
+        CHECK(read_file(path) == before); // nothing written
+        // The control: the same two entries, intact, are both replayed.
+        first[first.size() - 1] ^= 0x01;
+        write_entry(path, 0, 0, first);
+        auto pl = tlptm::pool::open(path, small_options());
+        CHECK(pl.last_recovery().entries_replayed == 2);
+        CHECK(pl.root<small_root>()->a.get() == 888);
     }
 }
 

@@ -1,7 +1,8 @@
 // The tlptm command-line tool (tools/tlptm.cpp, docs/tool.md): every subcommand on a fresh
 // pool, on a pool after a crash with entries to replay, on corrupted pools (a bad header field,
-// a torn entry, forged entries with an out-of-range record, a malformed payload, a duplicate
-// timestamp) and on a pool held open by this process, which the tool must not touch.
+// a torn entry, a damaged entry with valid ones behind it, forged entries with an out-of-range
+// record, a malformed payload, a duplicate timestamp) and on a pool held open by this process,
+// which the tool must not touch.
 #include "test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -472,6 +473,28 @@ TEST_CASE("tool: a pool after a crash, with entries to replay") {
         CHECK(report_number(r.out, "entries replayed") == 2);
         auto pool = tlptm::pool::open(path, small_options());
         CHECK(pool.root<tool_root>()->a.get() == 1); // the torn transaction never committed
+    }
+    SUBCASE("a damaged entry with committed ones behind it is a problem, not a torn tail") {
+        ring_walk w = walk_ring(bytes, 0);
+        REQUIRE(w.entries.size() == 3);
+        // Flip the last payload byte of the middle entry: the third stays valid behind it.
+        std::uint64_t at = g.log_offset + 64 + w.offsets[1] + w.entries[1].length - 1;
+        std::uint8_t byte = static_cast<std::uint8_t>(bytes[at] ^ 0x40);
+        write_at(path, at, &byte, 1);
+        const auto damaged = read_bytes(path);
+
+        auto r = run_tool({"check", path});
+        INFO(r.out);
+        CHECK(r.status == 1);
+        CHECK(contains(r.out, path.str() + ": ring 0: the entry at offset " +
+                                  std::to_string(w.offsets[1]) +
+                                  " fails its checksum, yet a valid entry with ts " +
+                                  std::to_string(w.entries[2].ts) + " > CT follows it"));
+        r = run_tool({"recover", path});
+        CHECK(r.status == 1);
+        CHECK(contains(r.out, "the log was damaged after it was written"));
+        CHECK(read_bytes(path) == damaged); // recovery wrote nothing
+        CHECK_THROWS_AS(tlptm::pool::open(path, small_options()), tlptm::corruption_error);
     }
 }
 

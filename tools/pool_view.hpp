@@ -109,6 +109,10 @@ struct ring_scan {
     std::size_t end = 0; ///< data offset where the walk stopped (first invalid byte)
     std::vector<detail::entry_view> entries;
     std::vector<std::size_t> offsets; ///< data offset of each entry
+    /// Valid entries found past a damaged one at `end` (log_ring::for_each_entry_after_damage):
+    /// none after a crash; any shows the log was damaged after it was written.
+    std::vector<detail::entry_view> beyond_damage;
+    std::vector<std::size_t> beyond_offsets;
 
     std::uint64_t bytes() const noexcept {
         std::uint64_t n = 0;
@@ -243,6 +247,12 @@ public:
                 s.entries.push_back(e);
                 s.offsets.push_back(off);
             });
+            r.for_each_entry_after_damage(s.end,
+                                          s.entries.empty() ? s.base_ts : s.entries.back().ts,
+                                          [&](const detail::entry_view& e, std::size_t off) {
+                                              s.beyond_damage.push_back(e);
+                                              s.beyond_offsets.push_back(off);
+                                          });
             out.push_back(std::move(s));
         }
         return out;
@@ -260,6 +270,11 @@ public:
         std::vector<const detail::entry_view*> todo;
         std::vector<const detail::entry_view*> ring_last; // each ring's last valid entry
         for (const ring_scan& r : rings) {
+            for (const detail::entry_view& e : r.beyond_damage)
+                if (e.ts > checkpoint()) { // recovery refuses a damaged log with these behind
+                    a.log_refused = true;
+                    return a;
+                }
             for (const detail::entry_view& e : r.entries)
                 if (e.ts > checkpoint())
                     todo.push_back(&e);

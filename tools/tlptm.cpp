@@ -562,6 +562,15 @@ int run_check(const arguments& a) {
                    " exceeds the 56-bit timestamp range (recovery ignores this ring)");
         if (!v.ring_reserved_zero(r.index))
             report(ring + ": reserved bytes 16..63 of the ring header are not zero");
+        for (std::size_t i = 0; i < r.beyond_damage.size(); ++i)
+            if (r.beyond_damage[i].ts > v.checkpoint()) {
+                report(ring + ": the entry at offset " + std::to_string(r.end) +
+                       " fails its checksum, yet a valid entry with ts " +
+                       std::to_string(r.beyond_damage[i].ts) + " > CT follows it at offset " +
+                       std::to_string(r.beyond_offsets[i]) +
+                       ": the log was damaged after it was written (recovery refuses it)");
+                break;
+            }
         for (std::size_t i = 0; i < r.entries.size(); ++i) {
             const entry_view& e = r.entries[i];
             const std::string where = ring + ": entry ts " + std::to_string(e.ts) + " at offset " +

@@ -424,29 +424,35 @@ inline std::uint32_t covered_blocks_crc(const std::uint8_t* base,
     return crc32c_final(c);
 }
 
-/// Validates the entry at `e` with at most `avail` readable bytes for generation `gen`, where
-/// the ring's previous entry (or base) has timestamp `prev_ts`: known format, lengths in
-/// bounds, timestamp increasing, CRC. Reads nothing past `e + avail`.
-inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t gen,
-                        std::uint64_t prev_ts, entry_view& out) noexcept {
+/// An entry's header as read, before its CRC is checked.
+struct entry_header {
+    bool covers = false;
+    std::uint8_t format = 0;
+    std::uint64_t ts = 0;
+    std::size_t length = 0, crc_at = 0, payload_at = 0;
+};
+
+/// Reads the header of the entry at `e` (at most `avail` readable bytes) whose ring
+/// predecessor has timestamp `prev_ts`: known format, lengths in bounds, timestamp increasing.
+/// Checks no CRC. Reads nothing past `e + avail`.
+inline bool read_entry_header(const std::uint8_t* e, std::size_t avail, std::uint64_t prev_ts,
+                              entry_header& h) noexcept {
     if (avail < 1)
         return false;
-    std::size_t crc_at, length, payload_at;
-    std::uint64_t ts;
-    const bool covers = (e[0] & entry_covers_blocks) != 0;
-    const auto format = static_cast<std::uint8_t>(e[0] & ~entry_covers_blocks);
-    if (format == static_cast<std::uint8_t>(entry_format::baseline)) {
+    h.covers = (e[0] & entry_covers_blocks) != 0;
+    h.format = static_cast<std::uint8_t>(e[0] & ~entry_covers_blocks);
+    if (h.format == static_cast<std::uint8_t>(entry_format::baseline)) {
         if (avail < baseline_header_bytes)
             return false;
-        ts = load_u64(e) >> 8;
+        h.ts = load_u64(e) >> 8;
         std::uint32_t len32;
         std::memcpy(&len32, e + 8, 4);
-        length = len32;
-        crc_at = 12;
-        payload_at = baseline_header_bytes;
-        if (length < baseline_header_bytes || length > avail)
+        h.length = len32;
+        h.crc_at = 12;
+        h.payload_at = baseline_header_bytes;
+        if (h.length < baseline_header_bytes || h.length > avail)
             return false;
-    } else if (format == static_cast<std::uint8_t>(entry_format::compressed)) {
+    } else if (h.format == static_cast<std::uint8_t>(entry_format::compressed)) {
         const std::uint8_t* end = e + avail;
         const std::uint8_t* p = e + 1;
         std::uint64_t payload, delta;
@@ -457,19 +463,32 @@ inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t 
         if ((k = codec::get_varint(p, end, delta)) == 0)
             return false;
         p += k;
-        crc_at = static_cast<std::size_t>(p - e);
-        payload_at = crc_at + 4;
+        h.crc_at = static_cast<std::size_t>(p - e);
+        h.payload_at = h.crc_at + 4;
         if (delta == 0 || delta > max_timestamp - prev_ts)
             return false;
-        ts = prev_ts + delta;
-        if (payload_at > avail || payload > avail - payload_at)
+        h.ts = prev_ts + delta;
+        if (h.payload_at > avail || payload > avail - h.payload_at)
             return false;
-        length = payload_at + payload;
+        h.length = h.payload_at + payload;
     } else {
         return false;
     }
-    if (ts <= prev_ts || ts > max_timestamp)
+    return h.ts > prev_ts && h.ts <= max_timestamp;
+}
+
+/// Validates the entry at `e` with at most `avail` readable bytes for generation `gen`, where
+/// the ring's previous entry (or base) has timestamp `prev_ts`: known format, lengths in
+/// bounds, timestamp increasing, CRC. Reads nothing past `e + avail`.
+inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t gen,
+                        std::uint64_t prev_ts, entry_view& out) noexcept {
+    entry_header h;
+    if (!read_entry_header(e, avail, prev_ts, h))
         return false;
+    const bool covers = h.covers;
+    const std::uint8_t format = h.format;
+    const std::uint64_t ts = h.ts;
+    const std::size_t length = h.length, crc_at = h.crc_at, payload_at = h.payload_at;
     std::uint32_t crc;
     std::memcpy(&crc, e + crc_at, 4);
     if (entry_crc(e, length, crc_at, gen, ts) != crc)
@@ -550,6 +569,33 @@ struct log_ring {
             prev = e.ts;
         }
         return off;
+    }
+
+    /// Looks past an entry that fails validation at offset `stop` (the offset for_each_entry
+    /// returned; `prev_ts`: the timestamp of the last valid entry before it, or the base):
+    /// if its header still reads as an entry of known length and timestamp, and valid entries
+    /// of this generation follow it, calls f(entry_view, offset) for each of them and returns
+    /// how many there were. After a crash this finds nothing — each entry is fenced before the
+    /// next one is written, and the bytes past the last one belong to no entry of this
+    /// generation — so what it finds shows the entry at `stop` was damaged after it was
+    /// written (a media error, a stray write), with committed entries behind it. A damaged
+    /// header hides what follows: then nothing is found.
+    template <class F>
+    std::size_t for_each_entry_after_damage(std::size_t stop, std::uint64_t prev_ts, F&& f) const {
+        entry_header h;
+        if (stop >= capacity() || !read_entry_header(data() + stop, capacity() - stop, prev_ts, h))
+            return 0;
+        std::uint64_t gen = generation();
+        std::uint64_t prev = h.ts;
+        std::size_t off = stop + h.length, found = 0;
+        entry_view e;
+        while (off < capacity() && parse_entry(data() + off, capacity() - off, gen, prev, e)) {
+            f(e, off);
+            ++found;
+            off += e.length;
+            prev = e.ts;
+        }
+        return found;
     }
 };
 

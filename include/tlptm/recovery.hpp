@@ -96,15 +96,30 @@ inline recovery_report run_recovery(pool_state& st) {
     for (auto& s : st.slots) {
         ++rep.rings_scanned;
         std::size_t last_at = ~std::size_t{0};
-        s->ring.for_each_entry([&](const entry_view& e, std::size_t off) {
+        std::uint64_t last_ts = s->ring.base_ts();
+        std::size_t stop = s->ring.for_each_entry([&](const entry_view& e, std::size_t off) {
             ++rep.entries_valid;
             rep.log_bytes_scanned += e.length;
             last_at = off;
+            last_ts = e.ts;
             if (e.ts > ct)
                 todo.push_back(pending{e.ts, s->index, off, e});
         });
         if (!todo.empty() && todo.back().slot == s->index && todo.back().offset == last_at)
             todo.back().last = true;
+        // A damaged entry with committed ones behind it is no torn tail: replaying up to it
+        // would lose them, so recovery refuses (and writes nothing).
+        s->ring.for_each_entry_after_damage(
+            stop, last_ts, [&](const entry_view& e, std::size_t off) {
+                if (e.ts > ct)
+                    throw corruption_error(
+                        "tlptm: pool '" + st.path + "': ring " + std::to_string(s->index) +
+                        ": the log entry at offset " + std::to_string(stop) +
+                        " fails its checksum, yet a valid entry follows it (ts " +
+                        std::to_string(e.ts) + " at offset " + std::to_string(off) +
+                        "): the log was damaged after it was written, and recovery would lose "
+                        "committed transactions");
+            });
     }
     std::sort(todo.begin(), todo.end(),
               [](const pending& a, const pending& b) { return a.ts < b.ts; });

@@ -17,10 +17,12 @@
 //
 // The image is written to the pool file and opened with tlptm::pool::open (durability
 // emulate_pmem), which runs recovery. An independent oracle, built from the library's entry
-// parser and record decoder, predicts the outcome: recovery must replay exactly the valid
-// entries with ts > CT in timestamp order and persist CT = the last of them, or, if any such
-// entry holds an address outside the heap and metadata (or two share a timestamp), throw
-// corruption_error having written nothing. Checked, with abort() on the first violation:
+// parser and record decoder, predicts the outcome: recovery must replay the valid entries
+// with ts > CT in timestamp order (less a ring's last entry whose covered blocks no longer
+// match, unless a later entry wrote into them) and persist CT = the last of them, or, if any
+// such entry holds an address outside the heap and metadata (or two share a timestamp, or a
+// damaged entry has valid ones above CT behind it), throw corruption_error having written
+// nothing. Checked, with abort() on the first violation:
 //   - opening throws nothing but tlptm::layout_error / tlptm::corruption_error;
 //   - the file afterwards is byte for byte the image (refused, or a header rejected) or the
 //     prediction (recovered; also when the allocator metadata is then found corrupt): nothing
@@ -224,14 +226,19 @@ oracle predict(const std::vector<std::uint8_t>& img, const tlptm_harness::pool_l
         d::log_ring ring{const_cast<std::uint8_t*>(img.data()) + l.log_offset + r * l.ring_size,
                          l.ring_size};
         std::size_t first = todo.size();
-        std::uint64_t last_ts = 0;
-        ring.for_each_entry([&](const d::entry_view& e, std::size_t) {
+        std::uint64_t last_ts = ring.base_ts();
+        std::size_t stop = ring.for_each_entry([&](const d::entry_view& e, std::size_t) {
             last_ts = e.ts;
             if (e.ts > ct)
                 todo.push_back(todo_entry{e.ts, e, false});
         });
         if (todo.size() > first && todo.back().ts == last_ts)
             todo.back().last = true;
+        // A damaged entry with entries above CT behind it: the log is refused.
+        ring.for_each_entry_after_damage(stop, last_ts, [&](const d::entry_view& e, std::size_t) {
+            if (e.ts > ct)
+                o.refuses = true;
+        });
     }
     std::stable_sort(todo.begin(), todo.end(),
                      [](const auto& a, const auto& b) { return a.ts < b.ts; });
