@@ -469,7 +469,7 @@ TEST_CASE("mutation volatile_ct: block reuse trusting a CT that is not durable i
 }
 
 TEST_CASE("mutation late_in_flight: in_flight published after the timestamp is caught") {
-    // A checkpoint that reads the clock between a commit's fetch_add and its in_flight store
+    // A checkpoint that reads the clock between a commit's clock read and its in_flight store
     // persists a CT at or above that commit's timestamp; the commit returns with its write-back
     // not yet flushed (eager: the slot's next commit flushes it), and a crash then loses it
     // (recovery skips entries at or below CT).

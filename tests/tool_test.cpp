@@ -1,8 +1,8 @@
 // The tlptm command-line tool (tools/tlptm.cpp, docs/tool.md): every subcommand on a fresh
 // pool, on a pool after a crash with entries to replay, on corrupted pools (a bad header field,
 // a torn entry, a damaged entry with valid ones behind it, forged entries with an out-of-range
-// record, a malformed payload, a duplicate timestamp) and on a pool held open by this process,
-// which the tool must not touch.
+// record, a malformed payload, one word written twice at one timestamp) and on a pool held open by
+// this process, which the tool must not touch.
 #include "test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -223,6 +223,12 @@ void crash_after_three_transactions(const std::string& path) {
 }
 
 /// The dump-log line of a full-word record.
+std::string hex(std::uint64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+    return buf;
+}
+
 std::string record_line(std::uint64_t offset, std::uint64_t value) {
     char buf[128];
     std::snprintf(buf, sizeof buf,
@@ -812,10 +818,10 @@ TEST_CASE("tool: forged entries with bad records fail check and recovery") {
         CHECK(contains(r.out, "has an empty byte mask"));
         CHECK(contains(r.out, path.str() + ": 2 problem(s)\n"));
     }
-    SUBCASE("a duplicate timestamp across rings") {
-        append_entry(
-            path, 0,
-            forge_entry(path, 0, ts, entry_format::compressed, {{g.heap_offset, 1, full}}));
+    SUBCASE("one timestamp, one word, two rings") {
+        append_entry(path, 0,
+                     forge_entry(path, 0, ts, entry_format::compressed,
+                                 {{g.heap_offset, 1, full}, {g.heap_offset + 8, 1, full}}));
         append_entry(
             path, 3,
             forge_entry(path, 3, ts, entry_format::compressed, {{g.heap_offset, 2, full}}));
@@ -823,10 +829,27 @@ TEST_CASE("tool: forged entries with bad records fail check and recovery") {
         INFO(r.out);
         CHECK(r.status == 1);
         CHECK(contains(r.out, "ring 3: entry ts " + std::to_string(ts) +
-                                  " at offset 0: duplicate timestamp, also in ring 0"));
+                                  " at offset 0: writes offset " + hex(g.heap_offset) +
+                                  ", as does the entry with the same timestamp in ring 0"));
+        CHECK(contains(r.out, path.str() + ": 1 problem(s)\n"));
         r = run_tool({"recover", path});
         CHECK(r.status == 1);
-        CHECK(contains(r.out, "two log entries carry timestamp " + std::to_string(ts)));
+        CHECK(contains(r.out, "two log entries carry timestamp " + std::to_string(ts) +
+                                  " and both write offset " + std::to_string(g.heap_offset)));
+    }
+    SUBCASE("one timestamp, different words, two rings: fine") {
+        append_entry(
+            path, 0,
+            forge_entry(path, 0, ts, entry_format::compressed, {{g.heap_offset, 1, full}}));
+        append_entry(
+            path, 3,
+            forge_entry(path, 3, ts, entry_format::compressed, {{g.heap_offset + 8, 2, full}}));
+        auto r = run_tool({"check", path});
+        INFO(r.out);
+        CHECK(r.status == 0);
+        r = run_tool({"recover", path});
+        CHECK(r.status == 0);
+        CHECK(report_number(r.out, "entries replayed") == 2);
     }
     SUBCASE("an entry whose CRC is valid but whose payload does not decode") {
         // format 2, payload length 1, ts delta, CRC, then a truncated 3-byte varint.

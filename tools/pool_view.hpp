@@ -284,8 +284,12 @@ public:
         std::sort(
             todo.begin(), todo.end(),
             [](const detail::entry_view* x, const detail::entry_view* y) { return x->ts < y->ts; });
+        if (detail::word_written_twice_at_one_ts(todo, header_.base_address).first != 0) {
+            a.log_refused = true;
+            return a;
+        }
         for (std::size_t i = 0; i < todo.size(); ++i) {
-            bool sound = i == 0 || todo[i - 1]->ts != todo[i]->ts;
+            bool sound = true;
             sound = detail::decode_records(*todo[i], header_.base_address,
                                            [&](const detail::log_record& r) {
                                                if (!replayable(r.offset) || r.mask == 0)

@@ -552,6 +552,7 @@ int run_check(const arguments& a) {
         std::uint64_t ts;
         std::uint32_t ring;
         std::size_t offset;
+        const entry_view* entry;
     };
     std::vector<stamp> stamps;
     const std::vector<ring_scan> rings = v.scan_rings();
@@ -575,7 +576,7 @@ int run_check(const arguments& a) {
             const entry_view& e = r.entries[i];
             const std::string where = ring + ": entry ts " + std::to_string(e.ts) + " at offset " +
                                       std::to_string(r.offsets[i]);
-            stamps.push_back(stamp{e.ts, r.index, r.offsets[i]});
+            stamps.push_back(stamp{e.ts, r.index, r.offsets[i], &e});
             std::size_t index = 0, bad = 0;
             bool decoded = detail::decode_records(e, h.base_address, [&](const log_record& rec) {
                 std::string why;
@@ -603,17 +604,36 @@ int run_check(const arguments& a) {
             });
         }
     }
-    // Timestamps come from one clock: two entries with the same ts are corruption, and
-    // recovery refuses to replay them.
+    // Commits of disjoint data may share a timestamp; two entries with the same ts that write
+    // the same word are corruption, and recovery refuses to replay them.
     std::sort(stamps.begin(), stamps.end(), [](const stamp& x, const stamp& y) {
         return x.ts != y.ts ? x.ts < y.ts : x.ring < y.ring;
     });
-    for (std::size_t i = 1; i < stamps.size(); ++i)
-        if (stamps[i].ts == stamps[i - 1].ts)
-            report("ring " + std::to_string(stamps[i].ring) + ": entry ts " +
-                   std::to_string(stamps[i].ts) + " at offset " + std::to_string(stamps[i].offset) +
-                   ": duplicate timestamp, also in ring " + std::to_string(stamps[i - 1].ring) +
-                   " at offset " + std::to_string(stamps[i - 1].offset));
+    std::vector<std::pair<std::uint64_t, std::size_t>> words; // offset, index in stamps
+    std::set<std::pair<std::size_t, std::size_t>> reported;   // one problem per pair of entries
+    for (std::size_t a = 0; a < stamps.size();) {
+        std::size_t b = a + 1;
+        while (b < stamps.size() && stamps[b].ts == stamps[a].ts)
+            ++b;
+        words.clear();
+        for (std::size_t i = a; b - a > 1 && i < b; ++i)
+            detail::decode_records(*stamps[i].entry, h.base_address, [&](const log_record& rec) {
+                words.emplace_back(rec.offset, i);
+            });
+        std::sort(words.begin(), words.end());
+        for (std::size_t k = 1; k < words.size(); ++k) {
+            const stamp& x = stamps[words[k - 1].second];
+            const stamp& y = stamps[words[k].second];
+            if (words[k].first == words[k - 1].first && &x != &y &&
+                reported.emplace(words[k - 1].second, words[k].second).second)
+                report("ring " + std::to_string(y.ring) + ": entry ts " + std::to_string(y.ts) +
+                       " at offset " + std::to_string(y.offset) + ": writes offset " +
+                       hex(words[k].first) +
+                       ", as does the entry with the same timestamp in ring " +
+                       std::to_string(x.ring) + " at offset " + std::to_string(x.offset));
+        }
+        a = b;
+    }
     // The allocator metadata must rebuild once the log is replayed (after a crash it may be
     // half written back until then). If recovery would refuse the log, the entry is reported.
     allocator_summary alloc = v.allocator_after_replay(rings);

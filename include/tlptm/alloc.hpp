@@ -113,8 +113,12 @@ inline bool wait_for_pending(thread_slot& s, unsigned& waits) {
     if (newest_free == 0)
         return false;
     std::uint64_t since = s.active_since.load(std::memory_order_relaxed);
-    if (since != 0 && newest_free > since - 1 && !s.serial)
-        conflict(s); // retried from the start; after a few, alone (serial mode)
+    if (since != 0 && newest_free > since - 1 && !s.serial) {
+        // Retried from the start (after a few, alone: serial mode), with a snapshot above the
+        // frees: commits do not advance the clock, so raise it past them first.
+        s.pool->advance_clock(newest_free);
+        conflict(s);
+    }
     (void)oldest_free;
     if (waits >= 200)
         return false;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tlptm/detail/pool_state.hpp>
@@ -30,14 +31,43 @@ struct recovery_report {
 
 namespace detail {
 
+/// Two entries to replay that carry the same timestamp and write the same word (shared with
+/// `tlptm check`). Commits of disjoint data may share a ts (the clock is read, not advanced,
+/// at commit); two commits that write a word never do (the second locked the word's orec,
+/// whose version was the first one's ts, and took a ts above it). So such a pair is
+/// corruption. `todo` is sorted by timestamp; `pointer_base` decodes pool pointers. Returns
+/// {ts, offset} of the first such word found, or {0, 0} if there is none.
+inline std::pair<std::uint64_t, std::uint64_t>
+word_written_twice_at_one_ts(const std::vector<const entry_view*>& todo,
+                             std::uint64_t pointer_base) {
+    std::vector<std::pair<std::uint64_t, std::size_t>> words; // offset, entry
+    for (std::size_t a = 0; a < todo.size();) {
+        std::size_t b = a + 1;
+        while (b < todo.size() && todo[b]->ts == todo[a]->ts)
+            ++b;
+        if (b - a > 1) {
+            words.clear();
+            for (std::size_t i = a; i < b; ++i)
+                decode_records(*todo[i], pointer_base,
+                               [&](const log_record& r) { words.emplace_back(r.offset, i); });
+            std::sort(words.begin(), words.end());
+            for (std::size_t k = 1; k < words.size(); ++k)
+                if (words[k].first == words[k - 1].first && words[k].second != words[k - 1].second)
+                    return {todo[a]->ts, words[k].first};
+        }
+        a = b;
+    }
+    return {0, 0};
+}
+
 /// I4, recovery's rule for covered blocks (shared with `tlptm check`): of the entries to replay
 /// (`todo`, sorted by timestamp; `last[i]`: entry i is its ring's last valid entry), which ones
 /// are refused as never committed. An entry that covers the blocks its transaction allocated
 /// counts only if they hold what they held at its commit (their CRC is in the entry), read at
 /// `image`. Only a ring's last entry can fail that after a crash: the ring's next entry is
 /// written after this one's fence, which completed the blocks' flushes. A mismatch that a
-/// later entry explains (it writes into one of the blocks, so its transaction saw them
-/// published, after this one committed, and then wrote back in place) is not a crash; any
+/// later entry (a larger ts) explains (it writes into one of the blocks, so its transaction
+/// saw them published, after this one committed, and then wrote back in place) is not a crash; any
 /// other means the fence never completed: the transaction did not commit (its `atomic` never
 /// returned) and none of its stores is replayed. `pointer_base` decodes pool pointers in the
 /// records (the pool's base address).
@@ -61,7 +91,10 @@ inline std::vector<bool> refused_entries(const std::uint8_t* image, std::uint64_
             return it != ranges.begin() && off - std::prev(it)->offset < std::prev(it)->size;
         };
         bool explained = false;
-        for (std::size_t j = i + 1; j < todo.size() && !explained; ++j)
+        std::size_t later = i + 1;
+        while (later < todo.size() && todo[later]->ts == e.ts)
+            ++later;
+        for (std::size_t j = later; j < todo.size() && !explained; ++j)
             decode_records(*todo[j], pointer_base, [&](const log_record& r) {
                 explained = explained || inside(r.offset) || inside(r.offset + 7);
             });
@@ -135,11 +168,6 @@ inline recovery_report run_recovery(pool_state& st) {
         if (p.ts > max_commit_ts)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": timestamp beyond the largest one the library issues");
-        if (i > 0 && todo[i - 1].ts == p.ts)
-            throw corruption_error("tlptm: pool '" + st.path +
-                                   "': two log entries carry "
-                                   "timestamp " +
-                                   std::to_string(p.ts));
         bool ok = decode_records(p.entry, base, [&](const log_record& r) {
             if (!st.replayable(r.offset) || r.mask == 0)
                 throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
@@ -164,6 +192,10 @@ inline recovery_report run_recovery(pool_state& st) {
         views.push_back(&p.entry);
         last.push_back(p.last);
     }
+    if (auto [ts, offset] = word_written_twice_at_one_ts(views, base); ts != 0)
+        throw corruption_error("tlptm: pool '" + st.path + "': two log entries carry timestamp " +
+                               std::to_string(ts) + " and both write offset " +
+                               std::to_string(offset));
     const std::vector<bool> refused = refused_entries(st.base, base, views, last);
     for (std::size_t i = 0; i < todo.size(); ++i)
         if (refused[i]) {

@@ -48,12 +48,12 @@ template <class F> inline void for_each_word(std::uint64_t at, std::size_t n, F&
 }
 
 /// Checks that every orec read is unchanged (or locked by this transaction and unchanged
-/// before it locked it).
+/// before it locked it). Orecs are read seq_cst (plain loads on x86): see extend_snapshot.
 inline bool validate_reads(const thread_slot& s) noexcept {
     const orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
     for (auto [idx, seen] : s.reads) {
-        std::uint64_t now = orecs[idx].load(std::memory_order_acquire);
+        std::uint64_t now = orecs[idx].load(std::memory_order_seq_cst);
         if (now == seen)
             continue;
         if (now != mine)
@@ -66,9 +66,18 @@ inline bool validate_reads(const thread_slot& s) noexcept {
     return true;
 }
 
-/// Snapshot extension: moves the snapshot to the current clock if every read is still valid.
-inline bool extend_snapshot(thread_slot& s) noexcept {
-    std::uint64_t now = s.pool->clock.load(std::memory_order_acquire);
+/// Snapshot extension, when a read found version `seen` above the snapshot: raises the clock
+/// to `seen` if it is below (commits do not advance it), then moves the snapshot to the clock
+/// if every read is still valid.
+///
+/// Why a snapshot s taken from the clock is safe although commits do not write it: a commit
+/// locks its write-set, then reads the clock (seq_cst), and takes a ts above what it read. If
+/// that ts <= s, the clock reached ts before this attempt read it, so the commit's clock read
+/// came first — after its locks — and every orec this attempt reads after taking s (seq_cst
+/// loads) shows the lock or the new version: the attempt never mixes the commit's old and new
+/// values. Values read before s are validated here after the clock is read.
+inline bool extend_snapshot(thread_slot& s, std::uint64_t seen) noexcept {
+    std::uint64_t now = s.pool->advance_clock(seen);
     if (!validate_reads(s))
         return false;
     s.snapshot = now;
@@ -95,7 +104,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
     std::uint32_t idx = st.orecs.index(offset);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
     for (unsigned spins = 0;;) {
-        std::uint64_t o1 = orec.load(std::memory_order_acquire);
+        std::uint64_t o1 = orec.load(std::memory_order_seq_cst); // see extend_snapshot
         if (orec_table::locked(o1)) { // a commit is writing it back: wait briefly
             if (++spins > 512)
                 conflict(s);
@@ -106,7 +115,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
         if (orec.load(std::memory_order_acquire) != o1)
             continue;
         if (orec_table::version(o1) > s.snapshot) {
-            if (!extend_snapshot(s))
+            if (!extend_snapshot(s, orec_table::version(o1)))
                 conflict(s);
             continue;
         }
@@ -286,14 +295,12 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     tx_write_unchecked(s, dst, src, n);
 }
 
-/// Starts an attempt with empty sets. The snapshot is a lower bound of the clock: the clock
-/// itself when `fresh` (a retry), else the newest timestamp this slot already knows (its last
-/// snapshot or commit), so that a first attempt does not read the clock's cache line, which
-/// every other thread's commit takes away. A stale snapshot costs nothing in correctness: a
-/// word written since has a version above it and its read extends the snapshot (validating
-/// every earlier read), so the attempt still sees only the newest committed values. It only
-/// makes the commit validate its reads.
-inline void begin(thread_slot& s, bool fresh) {
+/// Starts an attempt with empty sets. The snapshot is the clock (commits do not write its
+/// cache line, so reading it is usually a cache hit). A word written since the clock last
+/// moved has a version above the snapshot; its read raises the clock and extends the
+/// snapshot (validating every earlier read), so the attempt still sees only the newest
+/// committed values.
+inline void begin(thread_slot& s) {
     s.writes.clear();
     s.reads.clear();
     s.locks.clear();
@@ -302,8 +309,7 @@ inline void begin(thread_slot& s, bool fresh) {
     s.committed = false;
     s.nested_error = nullptr;
     s.overflow_check_at = words_that_surely_fit(s);
-    s.snapshot =
-        fresh ? s.pool->clock.load(std::memory_order_seq_cst) : std::max(s.snapshot, s.last_ts);
+    s.snapshot = s.pool->clock.load(std::memory_order_seq_cst);
     // I3: enter() marked the slot taken (active_since = 1, seq_cst) before any read; now the
     // bound becomes snapshot + 1, never above the snapshot. A reclaimer that scanned before
     // the mark handed out only blocks whose free had committed and was written back before
@@ -311,8 +317,9 @@ inline void begin(thread_slot& s, bool fresh) {
     // the free changed has a version above a stale snapshot and is re-validated), so no
     // pointer it follows leads into the reused block. ("Before" is the order of the slot's
     // locked CAS against the reclaimer's scan; on x86 the CAS is a full barrier, so this
-    // attempt's reads come after it. A fresh snapshot's read of the clock would add a C++
-    // synchronizes-with edge from the free's commit; the stale one relies on the CAS.)
+    // attempt's reads come after it.) A snapshot below a free's ts only delays its reuse;
+    // reclaim raises the clock past the frees it waits for (checkpoint), so new attempts
+    // start above them.
     s.active_since.store(s.snapshot + 1, std::memory_order_release);
 }
 
@@ -367,7 +374,8 @@ inline void lock_write_set(thread_slot& s) {
                 cpu_relax();
                 continue;
             }
-            if (orec.compare_exchange_weak(o, mine, std::memory_order_acq_rel)) {
+            // seq_cst: the commit's read of the clock comes after its locks (extend_snapshot).
+            if (orec.compare_exchange_weak(o, mine, std::memory_order_seq_cst)) {
                 s.locks.emplace_back(idx, o);
                 break;
             }
@@ -533,14 +541,24 @@ inline void commit(thread_slot& s) {
     // write-back is still pending it already holds CT below the oldest of them.
     bool previous_unfenced = s.unapplied_ts.load(std::memory_order_relaxed) != 0;
     sched(sched_point::in_flight, &s);
-    // The bound is snapshot + 1 <= clock + 1 <= ts, so taking it costs no read of the clock's
-    // line. Release is enough: the fetch_add below releases it too, so a checkpoint whose
-    // (acquire) read of the clock returns ts or more also sees this store.
+    // The timestamp (GV5-style, the clock is read, not advanced): above the clock as read
+    // after the locks (so above every snapshot that could have seen the old values, see
+    // extend_snapshot, and above CT), above the snapshot (so above every version read), above
+    // the slot's last commit (timestamps grow along a ring) and above the versions of the
+    // orecs it locked (so above every earlier writer of the same words: recovery orders
+    // writers of a word by ts). Two commits of disjoint data may share a ts.
+    // in_flight first holds the lower bound max(snapshot, last_ts) + 1 <= ts; seq_cst orders
+    // it before the clock read (a checkpoint reads the clock, then in_flight). While earlier
+    // commits' write-back is pending it already holds an older bound.
     const bool late = mutated(mutation::late_in_flight); // the bug this order prevents
+    std::uint64_t ts = std::max(s.snapshot, s.last_ts);
     if (!previous_unfenced && !late)
-        s.in_flight.store(s.snapshot + 1, std::memory_order_release);
+        s.in_flight.store(ts + 1, std::memory_order_seq_cst);
     sched(sched_point::clock, &st.clock);
-    std::uint64_t ts = st.clock.fetch_add(1, std::memory_order_seq_cst) + 1;
+    ts = std::max(ts, st.clock.load(std::memory_order_seq_cst));
+    for (auto [idx, old] : s.locks)
+        ts = std::max(ts, orec_table::version(old));
+    ++ts;
     if (!previous_unfenced && !late)
         s.in_flight.store(ts, std::memory_order_release);
     const bool lazy = st.write_back_mode == write_back::lazy;
@@ -551,7 +569,9 @@ inline void commit(thread_slot& s) {
             throw pool_error(st.path, "commit timestamps are exhausted (the largest is 2^56 - "
                                       "2^32 - 1); the pool cannot take more transactions");
         }
-        if (ts != s.snapshot + 1 && !validate_reads(s)) {
+        // Always: commits do not advance the clock, so an unchanged clock does not mean that
+        // nothing committed since the snapshot.
+        if (!validate_reads(s)) {
             release_locks(s);
             if (!previous_unfenced)
                 s.in_flight.store(0, std::memory_order_release);
@@ -591,6 +611,7 @@ inline void commit(thread_slot& s) {
         // fence also completes the previous commit's write-back flushes (its deferred F2).
         st.persist.fence(s.pctx);
         committed = true;
+        s.committed_ts.store(ts, std::memory_order_relaxed);
         if (late && !previous_unfenced) {
             sched(sched_point::in_flight, &s);
             s.in_flight.store(ts, std::memory_order_release);
@@ -642,9 +663,13 @@ inline void commit(thread_slot& s) {
             if (d.size() >= st.write_back_lines / 2 + 1)
                 st.settle_locked(s, s.pctx);
         }
-        // Freed blocks wait for I3 before anyone gets them again.
-        if (!s.alloc.frees.empty())
+        // Freed blocks wait for I3 before anyone gets them again: until CT passes ts and every
+        // attempt with a snapshot below ts has ended. The clock is raised to ts, so that the
+        // attempts that begin from now on do not hold them back.
+        if (!s.alloc.frees.empty()) {
             st.allocator.add_pending(s.alloc.frees, ts);
+            st.advance_clock(ts);
+        }
     } catch (const tx_retry&) {
         throw; // validation failed: locks and in_flight were released above
     } catch (...) {
@@ -780,14 +805,13 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         detail::pool_state& st;
         detail::thread_slot& s;
         const bool serial;
-        attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_,
-                      bool fresh)
+        attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_)
             : st(st_), s(take(st_, preferred, serial_)), serial(serial_) {
             s.serial = serial;
             if (&s != preferred)
                 detail::this_thread_registry.remember(st, s);
             detail::current_tx = &s;
-            detail::begin(s, fresh);
+            detail::begin(s);
         }
         static detail::thread_slot& take(detail::pool_state& st, detail::thread_slot* preferred,
                                          bool serial) {
@@ -807,7 +831,7 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
     };
     for (unsigned aborts = 0;; ++aborts) {
         {
-            attempt_scope scope(st, preferred, aborts >= serial_after_aborts, aborts > 0);
+            attempt_scope scope(st, preferred, aborts >= serial_after_aborts);
             detail::thread_slot& s = scope.s;
             preferred = &s;
             tx t(s);

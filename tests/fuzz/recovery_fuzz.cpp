@@ -20,9 +20,9 @@
 // parser and record decoder, predicts the outcome: recovery must replay the valid entries
 // with ts > CT in timestamp order (less a ring's last entry whose covered blocks no longer
 // match, unless a later entry wrote into them) and persist CT = the last of them, or, if any
-// such entry holds an address outside the heap and metadata (or two share a timestamp, or a
-// damaged entry has valid ones above CT behind it), throw corruption_error having written
-// nothing. Checked, with abort() on the first violation:
+// such entry holds an address outside the heap and metadata (or two with one timestamp write
+// one word, or a damaged entry has valid ones above CT behind it), throw corruption_error
+// having written nothing. Checked, with abort() on the first violation:
 //   - opening throws nothing but tlptm::layout_error / tlptm::corruption_error;
 //   - the file afterwards is byte for byte the image (refused, or a header rejected) or the
 //     prediction (recovered; also when the allocator metadata is then found corrupt): nothing
@@ -242,9 +242,6 @@ oracle predict(const std::vector<std::uint8_t>& img, const tlptm_harness::pool_l
     }
     std::stable_sort(todo.begin(), todo.end(),
                      [](const auto& a, const auto& b) { return a.ts < b.ts; });
-    for (std::size_t i = 1; i < todo.size(); ++i)
-        if (todo[i].ts == todo[i - 1].ts)
-            o.refuses = true;
     // No commit timestamp above max_commit_ts is ever issued: such an entry is refused.
     if (!todo.empty() && todo.back().ts > d::max_commit_ts)
         o.refuses = true;
@@ -268,13 +265,21 @@ oracle predict(const std::vector<std::uint8_t>& img, const tlptm_harness::pool_l
         if (!ok)
             o.refuses = true;
     }
+    // Entries may share a timestamp, but not a word: then the last value is unknown.
+    for (std::size_t i = 0; i < todo.size() && !o.refuses; ++i)
+        for (std::size_t j = i + 1; j < todo.size() && todo[j].ts == todo[i].ts; ++j)
+            for (const d::log_record& x : writes[i])
+                for (const d::log_record& y : writes[j])
+                    if (x.offset == y.offset)
+                        o.refuses = true;
     if (o.refuses) {
         o.after = img;
         return o;
     }
     // A ring's last entry that covers blocks whose bytes (in the image, before any replay) no
-    // longer match its CRC never committed, unless a later entry to replay writes into one of
-    // those blocks: it is skipped, though CT still passes it.
+    // longer match its CRC never committed, unless a later entry to replay (a larger ts) writes
+    // into one of those blocks: it is skipped, though CT still passes it.
+    const std::vector<d::log_record> none;
     auto uncommitted = [&](std::size_t i) {
         std::vector<d::pool_range> ranges;
         std::uint32_t want =
@@ -282,7 +287,7 @@ oracle predict(const std::vector<std::uint8_t>& img, const tlptm_harness::pool_l
         if (!todo[i].last || ranges.empty() || d::covered_blocks_crc(img.data(), ranges) == want)
             return false;
         for (std::size_t j = i + 1; j < todo.size(); ++j)
-            for (const d::log_record& rec : writes[j])
+            for (const d::log_record& rec : todo[j].ts > todo[i].ts ? writes[j] : none)
                 for (const d::pool_range& r : ranges)
                     if (rec.offset + 8 > r.offset && rec.offset < r.offset + r.size)
                         return false;

@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -116,8 +117,11 @@ public:
     template <class F> bool atomic(tlptm::pool& p, F&& body, model_op op) {
         scheduler::yield(point::tx_begin, nullptr);
         std::uint32_t id = next_.fetch_add(1);
-        tlptm::detail::thread_slot& slot =
-            tlptm::detail::this_thread_registry.slot_for(p.state_ptr());
+        // The slot the transaction's last attempt ran in (the thread's slot, remembered after
+        // each attempt): its newest entry is the transaction's.
+        auto slot = [&]() -> tlptm::detail::thread_slot& {
+            return tlptm::detail::this_thread_registry.slot_for(p.state_ptr());
+        };
         const bool after_fault = fault_seen_.load();
         const std::uint64_t streams = faults_ ? tracer_.streams_of_this_thread() : 0;
         tracer_.begin_tx(id);
@@ -139,12 +143,12 @@ public:
                         "pool_error");
             if (tracer_.streams_of_this_thread() != streams) { // its entry may be durable
                 std::lock_guard lk(mutex_);
-                txs_.push_back({id, slot.last_ts, std::move(op)});
+                txs_.push_back({id, slot().last_ts, std::move(op)});
             }
             return false;
         }
         // The slot's newest entry is this transaction's (it wrote, so it has one).
-        std::uint64_t ts = slot.last_ts;
+        std::uint64_t ts = slot().last_ts;
         tracer_.end_tx(id);
         if (after_fault)
             problem("transaction " + std::to_string(id) +
@@ -567,11 +571,12 @@ private:
             violation("tracer: " + v, "tracer");
 
         std::vector<tx_record> txs = rec.take();
-        std::unordered_set<std::uint64_t> stamps;
+        // Transactions of disjoint data may share a timestamp (even two of one thread, in two
+        // slots); every transaction has one.
         for (const auto& x : txs)
-            if (x.ts == 0 || !stamps.insert(x.ts).second)
+            if (x.ts == 0)
                 violation("transaction " + std::to_string(x.id) +
-                          " has no commit timestamp of its own (did it store anything?)");
+                          " has no commit timestamp (did it store anything?)");
         model_ = std::make_unique<reference_model>(s0, std::move(txs), trace_);
         res_.transactions = model_->transactions();
         if (!live.problem.empty())
@@ -764,19 +769,29 @@ private:
                 continue;
             bool explained = false;
             for (std::size_t j = i + 1; j < todo.size(); ++j)
-                tlptm::detail::decode_records(
-                    todo[j].e, layout_.base_address, [&](const tlptm::detail::log_record& r) {
-                        for (const auto& b : blocks)
-                            explained = explained ||
-                                        (r.offset + 8 > b.offset && r.offset < b.offset + b.size);
-                    });
+                if (todo[j].ts > todo[i].ts) // a later entry: a larger timestamp
+                    tlptm::detail::decode_records(
+                        todo[j].e, layout_.base_address, [&](const tlptm::detail::log_record& r) {
+                            for (const auto& b : blocks)
+                                explained = explained || (r.offset + 8 > b.offset &&
+                                                          r.offset < b.offset + b.size);
+                        });
             todo[i].replay = explained;
         }
+        // Entries may share a timestamp (commits of disjoint data), not a word.
         std::uint64_t stamps = 0;
         for (std::size_t i = 0; i < todo.size(); ++i) {
             stamps = mix64(stamps ^ todo[i].ts);
-            if (i > 0 && todo[i].ts == todo[i - 1].ts)
-                pr.refuses = true;
+            for (std::size_t j = i + 1; j < todo.size() && todo[j].ts == todo[i].ts; ++j) {
+                std::set<std::uint64_t> words;
+                tlptm::detail::decode_records(
+                    todo[i].e, layout_.base_address,
+                    [&](const tlptm::detail::log_record& r) { words.insert(r.offset); });
+                tlptm::detail::decode_records(todo[j].e, layout_.base_address,
+                                              [&](const tlptm::detail::log_record& r) {
+                                                  pr.refuses = pr.refuses || words.count(r.offset);
+                                              });
+            }
         }
         std::map<std::uint64_t, line_bytes> replayed;
         auto replayable = [&](std::uint64_t off) {

@@ -97,6 +97,9 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// (pool_state::settle_locked) completes both; a thread that needs CT to pass them settles
     /// them itself.
     std::atomic<std::uint64_t> unapplied_ts{0};
+    /// The slot's newest commit timestamp (0: none yet): a checkpoint raises the clock to the
+    /// largest of them before it reads it, since commits do not advance the clock.
+    std::atomic<std::uint64_t> committed_ts{0};
     std::vector<std::uint64_t> dirty_lines; ///< guarded by fence_lock
     spin_lock fence_lock; ///< held by the owner from commit step 1 to the end of write-back
 
@@ -124,10 +127,14 @@ struct pool_state {
     std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
     std::uint64_t meta_begin = 0, meta_end = 0;
 
-    /// The global version clock: the last commit timestamp handed out. Alone in its cache
-    /// line: every commit's fetch_add takes the line away from the other threads, and the
-    /// read-mostly fields around it (orecs, heap bounds, exclusive_flag) are read on every
-    /// transactional access.
+    /// The global version clock (GV5-style): a lower bound on the timestamps of commits to
+    /// come, and the source of every snapshot. A commit reads it and takes a timestamp above
+    /// it, above its snapshot, above its slot's last commit and above the versions of the
+    /// orecs it locked, but does not write it: two threads committing disjoint data touch no
+    /// common cache line. It is raised (advance_clock) only when something needs a newer
+    /// snapshot: a read that finds a version above its snapshot, a checkpoint, an allocation
+    /// waiting for frees. Alone in its cache line, which stays shared in every core's cache
+    /// while nobody raises it.
     alignas(64) std::atomic<std::uint64_t> clock{0};
     alignas(64) orec_table orecs;
     /// Non-zero while a serial transaction or an exclusive section (close, recover) runs.
@@ -200,13 +207,33 @@ struct pool_state {
         return durable_ct.load(std::memory_order_acquire);
     }
 
+    /// Raises the clock to at least v (never lowers it); returns its value afterwards. One
+    /// locked instruction on the clock's line if it is below v, else only a load.
+    std::uint64_t advance_clock(std::uint64_t v) noexcept {
+        std::uint64_t now = clock.load(std::memory_order_seq_cst);
+        while (now < v && !clock.compare_exchange_weak(now, v, std::memory_order_seq_cst))
+            ;
+        return now < v ? v : now;
+    }
+
+    /// The newest commit timestamp of any slot (as far as this thread sees).
+    std::uint64_t newest_commit() const noexcept {
+        std::uint64_t newest = 0;
+        for (const auto& s : slots)
+            newest = std::max(newest, s->committed_ts.load(std::memory_order_relaxed));
+        return newest;
+    }
+
     /// The largest t such that every transaction with ts <= t is applied and durable: the
-    /// clock, lowered below every timestamp still between step 1 and step 6 (I2).
-    std::uint64_t safe_checkpoint() const noexcept {
-        // Order matters: a committer publishes in_flight before it takes ts from the clock
-        // (a release store, then a fetch_add that releases it too), so once this load returns
-        // c, any ts <= c is either finished or visible in in_flight here.
-        std::uint64_t safe = clock.load(std::memory_order_seq_cst);
+    /// clock, first raised past every slot's newest commit, lowered below every timestamp
+    /// still between step 1 and step 6 (I2).
+    std::uint64_t safe_checkpoint() noexcept {
+        // Order matters: a committer publishes in_flight (seq_cst, or it already held an
+        // older bound) before it reads the clock, and takes a ts above what it read; this
+        // reads the clock, then in_flight. So any ts <= the value read here belongs to a
+        // committer that read the clock earlier, whose in_flight is visible below (or whose
+        // write-back is already durable).
+        std::uint64_t safe = advance_clock(newest_commit());
         for (const auto& s : slots) {
             std::uint64_t f = s->in_flight.load(std::memory_order_seq_cst);
             if (f != 0 && f - 1 < safe)
@@ -397,7 +424,8 @@ struct pool_state {
     /// attempt runs and every slot is free.
     thread_slot& enter_serial(thread_slot* preferred) noexcept {
         thread_slot& s = preferred ? *preferred : *slots.front();
-        s.active_since.store(clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+        // Its snapshot (begin) covers every commit so far, so no pending free waits for it.
+        s.active_since.store(advance_clock(newest_commit()) + 1, std::memory_order_seq_cst);
         return s;
     }
 
@@ -478,7 +506,8 @@ struct pool_state {
     /// reuse"). One fence per ring pass and per thread and opening.
     void new_generation(thread_slot& s) {
         s.gen = s.ring.generation() + 1;
-        s.last_ts = clock.load(std::memory_order_acquire); // below every ts taken later
+        // Below every ts taken later (a commit's ts exceeds its slot's last_ts).
+        s.last_ts = std::max(s.last_ts, clock.load(std::memory_order_acquire));
         __atomic_store_n(s.ring.base_ts_word(), s.last_ts, __ATOMIC_RELEASE);
         __atomic_store_n(s.ring.generation_word(), s.gen, __ATOMIC_RELEASE);
         guarded([&] {

@@ -1,10 +1,12 @@
 // tlptm — concurrency control: a word-based STM of the TinySTM / TL2 family (DESIGN.md §6).
 //
-// A global version clock; a table of versioned ownership records (orecs) hashed by word
-// address; lazy versioning (the redo write-set); reads validated against the snapshot with
-// snapshot extension; commit-time locking of the written words' orecs with read-set
-// validation; randomised exponential back-off; after repeated aborts a transaction runs alone
-// (serial, irrevocable) so that it cannot starve.
+// A global version clock that commits read but do not advance (GV5-style: a commit takes a
+// timestamp above the clock, its snapshot, its slot's last commit and the versions it
+// overwrites; a read that finds a newer version raises the clock); a table of versioned
+// ownership records (orecs) hashed by word address; lazy versioning (the redo write-set);
+// reads validated against the snapshot with snapshot extension; commit-time locking of the
+// written words' orecs with read-set validation; randomised exponential back-off; after
+// repeated aborts a transaction runs alone (serial, irrevocable) so that it cannot starve.
 //
 // An orec word is either a version (ts << 1: the timestamp of the last commit that wrote a word
 // mapped to it) or a lock ((slot + 1) << 1 | 1).
