@@ -284,7 +284,8 @@ public:
         std::sort(
             todo.begin(), todo.end(),
             [](const detail::entry_view* x, const detail::entry_view* y) { return x->ts < y->ts; });
-        if (detail::word_written_twice_at_one_ts(todo, header_.base_address).first != 0) {
+        if (detail::for_each_word_written_twice_at_one_ts(
+                todo, header_.base_address, [](std::size_t, std::size_t, std::uint64_t) {}) != 0) {
             a.log_refused = true;
             return a;
         }

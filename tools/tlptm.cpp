@@ -609,31 +609,20 @@ int run_check(const arguments& a) {
     std::sort(stamps.begin(), stamps.end(), [](const stamp& x, const stamp& y) {
         return x.ts != y.ts ? x.ts < y.ts : x.ring < y.ring;
     });
-    std::vector<std::pair<std::uint64_t, std::size_t>> words; // offset, index in stamps
-    std::set<std::pair<std::size_t, std::size_t>> reported;   // one problem per pair of entries
-    for (std::size_t a = 0; a < stamps.size();) {
-        std::size_t b = a + 1;
-        while (b < stamps.size() && stamps[b].ts == stamps[a].ts)
-            ++b;
-        words.clear();
-        for (std::size_t i = a; b - a > 1 && i < b; ++i)
-            detail::decode_records(*stamps[i].entry, h.base_address, [&](const log_record& rec) {
-                words.emplace_back(rec.offset, i);
-            });
-        std::sort(words.begin(), words.end());
-        for (std::size_t k = 1; k < words.size(); ++k) {
-            const stamp& x = stamps[words[k - 1].second];
-            const stamp& y = stamps[words[k].second];
-            if (words[k].first == words[k - 1].first && &x != &y &&
-                reported.emplace(words[k - 1].second, words[k].second).second)
+    std::vector<const entry_view*> entries;
+    for (const stamp& x : stamps)
+        entries.push_back(x.entry);
+    std::set<std::pair<std::size_t, std::size_t>> reported; // one problem per pair of entries
+    detail::for_each_word_written_twice_at_one_ts(
+        entries, h.base_address, [&](std::size_t i, std::size_t j, std::uint64_t offset) {
+            const stamp& x = stamps[i];
+            const stamp& y = stamps[j];
+            if (reported.emplace(i, j).second)
                 report("ring " + std::to_string(y.ring) + ": entry ts " + std::to_string(y.ts) +
-                       " at offset " + std::to_string(y.offset) + ": writes offset " +
-                       hex(words[k].first) +
+                       " at offset " + std::to_string(y.offset) + ": writes offset " + hex(offset) +
                        ", as does the entry with the same timestamp in ring " +
                        std::to_string(x.ring) + " at offset " + std::to_string(x.offset));
-        }
-        a = b;
-    }
+        });
     // The allocator metadata must rebuild once the log is replayed (after a crash it may be
     // half written back until then). If recovery would refuse the log, the entry is reported.
     allocator_summary alloc = v.allocator_after_replay(rings);

@@ -485,10 +485,7 @@ inline bool parse_entry(const std::uint8_t* e, std::size_t avail, std::uint64_t 
     entry_header h;
     if (!read_entry_header(e, avail, prev_ts, h))
         return false;
-    const bool covers = h.covers;
-    const std::uint8_t format = h.format;
-    const std::uint64_t ts = h.ts;
-    const std::size_t length = h.length, crc_at = h.crc_at, payload_at = h.payload_at;
+    const auto [covers, format, ts, length, crc_at, payload_at] = h;
     std::uint32_t crc;
     std::memcpy(&crc, e + crc_at, 4);
     if (entry_crc(e, length, crc_at, gen, ts) != crc)

@@ -35,11 +35,12 @@ namespace detail {
 /// `tlptm check`). Commits of disjoint data may share a ts (the clock is read, not advanced,
 /// at commit); two commits that write a word never do (the second locked the word's orec,
 /// whose version was the first one's ts, and took a ts above it). So such a pair is
-/// corruption. `todo` is sorted by timestamp; `pointer_base` decodes pool pointers. Returns
-/// {ts, offset} of the first such word found, or {0, 0} if there is none.
-inline std::pair<std::uint64_t, std::uint64_t>
-word_written_twice_at_one_ts(const std::vector<const entry_view*>& todo,
-                             std::uint64_t pointer_base) {
+/// corruption. `todo` is sorted by timestamp; `pointer_base` decodes pool pointers. Calls
+/// f(i, j, offset) for each such word (entries todo[i] and todo[j], i < j); returns how many.
+template <class F>
+std::size_t for_each_word_written_twice_at_one_ts(const std::vector<const entry_view*>& todo,
+                                                  std::uint64_t pointer_base, F&& f) {
+    std::size_t found = 0;
     std::vector<std::pair<std::uint64_t, std::size_t>> words; // offset, entry
     for (std::size_t a = 0; a < todo.size();) {
         std::size_t b = a + 1;
@@ -52,12 +53,15 @@ word_written_twice_at_one_ts(const std::vector<const entry_view*>& todo,
                                [&](const log_record& r) { words.emplace_back(r.offset, i); });
             std::sort(words.begin(), words.end());
             for (std::size_t k = 1; k < words.size(); ++k)
-                if (words[k].first == words[k - 1].first && words[k].second != words[k - 1].second)
-                    return {todo[a]->ts, words[k].first};
+                if (words[k].first == words[k - 1].first &&
+                    words[k].second != words[k - 1].second) {
+                    f(words[k - 1].second, words[k].second, words[k].first);
+                    ++found;
+                }
         }
         a = b;
     }
-    return {0, 0};
+    return found;
 }
 
 /// I4, recovery's rule for covered blocks (shared with `tlptm check`): of the entries to replay
@@ -192,10 +196,12 @@ inline recovery_report run_recovery(pool_state& st) {
         views.push_back(&p.entry);
         last.push_back(p.last);
     }
-    if (auto [ts, offset] = word_written_twice_at_one_ts(views, base); ts != 0)
-        throw corruption_error("tlptm: pool '" + st.path + "': two log entries carry timestamp " +
-                               std::to_string(ts) + " and both write offset " +
-                               std::to_string(offset));
+    for_each_word_written_twice_at_one_ts(
+        views, base, [&](std::size_t i, std::size_t, std::uint64_t offset) {
+            throw corruption_error(
+                "tlptm: pool '" + st.path + "': two log entries carry timestamp " +
+                std::to_string(views[i]->ts) + " and both write offset " + std::to_string(offset));
+        });
     const std::vector<bool> refused = refused_entries(st.base, base, views, last);
     for (std::size_t i = 0; i < todo.size(); ++i)
         if (refused[i]) {
