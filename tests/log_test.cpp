@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 
 #include <tlptm/detail/write_set.hpp>
 #include <tlptm/log.hpp>
+#include <tlptm/persist.hpp>
 
 using tlptm::detail::entry_builder;
 using tlptm::detail::entry_format;
@@ -384,4 +386,83 @@ TEST_CASE("the worked example of docs/log-format.md") {
     const std::vector<std::uint8_t> want = {0x02, 0x16, 0x14, 0x72, 0xcc, 0x33, 0x4e, 0x05, 0x40,
                                             0x0c, 0x00, 0x04, 0x08, 0x0c, 0x10, 0x14, 0x18, 0x1c};
     CHECK(std::vector<std::uint8_t>(bytes.begin(), bytes.end()) == want);
+}
+
+TEST_CASE("entries written as whole words leave the ring byte-packed, with zeros after the tail") {
+    // What a commit does: widen the entry to the aligned words around its ring position (the
+    // bytes before it from the slot's copy of the tail word) and copy those words with
+    // non-temporal stores. The ring must then hold exactly the byte-packed entries, every entry
+    // must walk and validate, the bytes after the last entry up to its word's end must be zero
+    // and nothing after that word may change.
+    std::mt19937_64 rng(11);
+    for (int round = 0; round < 20; ++round) {
+        alignas(64) static std::uint8_t ring[1 << 15];
+        std::memset(ring, 0xA5, sizeof ring); // an older lap's bytes
+        std::vector<std::uint8_t> packed;     // what the ring must hold
+        std::vector<std::uint64_t> ts_of;
+        entry_builder b;
+        std::size_t head = 0;
+        std::uint64_t tail_word = 0, ts = 50;
+        const std::uint64_t gen = 3, base_ts = 49;
+        std::uint64_t prev = base_ts;
+        for (int k = 0; k < 40; ++k) {
+            std::vector<log_record> recs = random_write_set(rng);
+            const auto fmt = rng() % 3 == 0 ? entry_format::baseline : entry_format::compressed;
+            std::size_t bound = b.encode(fmt, recs, ptrs);
+            if (head + bound > sizeof ring)
+                break;
+            ts += rng() % 3 + 1;
+            std::span<const std::uint8_t> e = b.seal(ts, prev, gen);
+            packed.insert(packed.end(), e.begin(), e.end());
+            std::span<const std::uint8_t> words = b.widen_to_words(head, tail_word);
+            REQUIRE(words.size() % 8 == 0);
+            REQUIRE(words.size() >= e.size());
+            std::uint8_t* dst = ring + head / 8 * 8;
+            // Bytes before the entry in its first word are rewritten with what they held.
+            CHECK(std::memcmp(words.data(), dst, head % 8) == 0);
+            tlptm::detail::stream_copy(dst, words.data(), words.size());
+            std::memcpy(&tail_word, words.data() + words.size() - 8, 8);
+            head += e.size();
+            for (std::size_t i = head; i < (head + 7) / 8 * 8; ++i)
+                CHECK(ring[i] == 0);
+            CHECK(ring[(head + 7) / 8 * 8] == 0xA5); // the first byte never written
+            prev = ts;
+            ts_of.push_back(ts);
+        }
+        std::atomic_thread_fence(std::memory_order_seq_cst); // orders the non-temporal stores
+        REQUIRE(std::memcmp(ring, packed.data(), packed.size()) == 0);
+        // Walk the ring as recovery does: every entry validates, in order, and the walk stops
+        // at the zeros after the last one.
+        std::size_t at = 0, n = 0;
+        prev = base_ts;
+        while (at < sizeof ring) {
+            entry_view v;
+            if (!tlptm::detail::parse_entry(ring + at, sizeof ring - at, gen, prev, v))
+                break;
+            REQUIRE(n < ts_of.size());
+            CHECK(v.ts == ts_of[n]);
+            prev = v.ts;
+            at += v.length;
+            ++n;
+        }
+        CHECK(n == ts_of.size());
+        CHECK(at == packed.size());
+    }
+}
+
+TEST_CASE("stream_copy writes exactly the range, aligned or not") {
+    alignas(64) std::uint8_t dst[1024];
+    std::uint8_t src[1024];
+    for (std::size_t i = 0; i < sizeof src; ++i)
+        src[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    for (std::size_t at : {0, 3, 8, 16, 24, 40, 61})
+        for (std::size_t n : {1, 7, 8, 16, 24, 40, 64, 72, 600}) {
+            std::memset(dst, 0, sizeof dst);
+            tlptm::detail::stream_copy(dst + at, src, n);
+            std::atomic_thread_fence(std::memory_order_seq_cst); // orders the non-temporal stores
+            CHECK(std::memcmp(dst + at, src, n) == 0);
+            for (std::size_t i = 0; i < sizeof dst; ++i)
+                if (i < at || i >= at + n)
+                    REQUIRE(dst[i] == 0);
+        }
 }

@@ -287,14 +287,14 @@ public:
                        std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
         format_ = format;
         covers_ = !covered.empty();
-        payload_at_ =
-            format == entry_format::baseline ? baseline_header_bytes : max_compressed_header_bytes;
+        payload_at_ = word_slack + (format == entry_format::baseline ? baseline_header_bytes
+                                                                     : max_compressed_header_bytes);
         std::size_t section_bound =
             covers_ ? 9 + covered.size() * 18 + 4 + codec::put_varint_writable_bytes : 0;
         std::size_t records_bound = format == entry_format::baseline
                                         ? 24 * records.size()
                                         : compressed_bound(records.size());
-        buf_.resize(payload_at_ + section_bound + records_bound);
+        buf_.resize(payload_at_ + section_bound + records_bound + word_slack);
         std::uint8_t* p = buf_.data() + payload_at_;
         if (covers_) {
             p += codec::put_varint(p, covered.size());
@@ -318,7 +318,7 @@ public:
             p += encode_compressed_records(p, records, ptrs);
         }
         payload_ = static_cast<std::size_t>(p - (buf_.data() + payload_at_));
-        return payload_at_ + payload_;
+        return payload_at_ - word_slack + payload_;
     }
 
     /// Writes the header for timestamp `ts` (the previous entry of the ring, or the ring's base
@@ -330,7 +330,7 @@ public:
         const std::uint8_t format_byte = static_cast<std::uint8_t>(
             static_cast<std::uint8_t>(format_) | (covers_ ? entry_covers_blocks : 0));
         if (format_ == entry_format::baseline) {
-            e = buf_.data();
+            e = buf_.data() + word_slack;
             length = baseline_header_bytes + payload_;
             store_u64(e, format_byte | ts << 8);
             auto len32 = static_cast<std::uint32_t>(length);
@@ -350,13 +350,33 @@ public:
         }
         std::uint32_t crc = entry_crc(e, length, crc_at, gen, ts);
         std::memcpy(e + crc_at, &crc, 4);
+        sealed_ = {e, length};
         return {e, length};
     }
 
+    /// The entry seal made last, widened to whole 8-byte words of the ring for an entry that
+    /// starts at ring offset `pos`: the first `pos % 8` bytes are the ring's bytes before the
+    /// entry, taken from `before` (the word at `pos & ~7` as the ring holds it), and the bytes
+    /// after the entry up to the next word boundary are zero. Written at `pos & ~7`, it puts
+    /// the entry in place with aligned 8-byte stores and rewrites the bytes before the entry
+    /// with the values they already hold.
+    std::span<const std::uint8_t> widen_to_words(std::size_t pos, std::uint64_t before) noexcept {
+        const std::size_t lead = pos % 8;
+        std::uint8_t* e = sealed_.data(); // in buf_, with word_slack bytes free on either side
+        std::memcpy(e - lead, &before, lead);
+        const std::size_t n = (lead + sealed_.size() + 7) / 8 * 8;
+        std::memset(e + sealed_.size(), 0, n - lead - sealed_.size());
+        return {e - lead, n};
+    }
+
 private:
+    /// Free bytes before and after the entry in buf_, for widen_to_words.
+    static constexpr std::size_t word_slack = 8;
+
     entry_format format_ = entry_format::baseline;
     bool covers_ = false;
     std::size_t payload_at_ = 0, payload_ = 0;
+    std::span<std::uint8_t> sealed_;
     std::vector<std::uint8_t> buf_;
 };
 

@@ -601,9 +601,13 @@ inline void commit(thread_slot& s) {
         if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
             flush_allocated(s);
 
-        // Step 3: the entry goes out with non-temporal stores.
+        // Step 3: the entry goes out with non-temporal stores, as whole aligned words (a
+        // non-temporal copy's unaligned edges would be stores and flushes, which take longer to
+        // persist: docs/design.md, "Writing the entry").
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
-        st.persist.stream(s.pctx, s.ring.data() + s.head, entry.data(), entry.size());
+        std::span<const std::uint8_t> words = s.entry.widen_to_words(s.head, s.tail_word);
+        st.persist.stream(s.pctx, s.ring.data() + s.head / 8 * 8, words.data(), words.size());
+        std::memcpy(&s.tail_word, words.data() + words.size() - 8, 8);
         s.head += entry.size();
         s.last_ts = ts;
         thread_counters::add(c.log_bytes, entry.size());

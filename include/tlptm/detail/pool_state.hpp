@@ -63,6 +63,9 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::uint64_t gen = 0;     ///< generation entries are sealed with
     bool attached = false;     ///< generation advanced in this opening of the pool
     std::uint64_t last_ts = 0; ///< timestamp of the newest entry in the ring
+    /// The ring's word at head & ~7 as this slot last wrote it (entries go out as whole words:
+    /// the next entry rewrites the bytes before it from here). Unused while head % 8 == 0.
+    std::uint64_t tail_word = 0;
 
     persist_ctx pctx;
 
