@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -42,6 +43,10 @@ public:
         if (!s)
             throw tx_scope_error("tlptm: store to a tlptm::p<T> outside a transaction; wrap it "
                                  "in tlptm::atomic");
+        if constexpr (word_sized) {
+            if (detail::tx_write_word(*s, v_, std::bit_cast<std::uint64_t>(v)))
+                return *this;
+        }
         detail::tx_write(*s, v_, &v, sizeof(T));
         return *this;
     }
@@ -50,9 +55,14 @@ public:
     /// The value as the running transaction sees it (or the pool's value outside one).
     T get() const {
         std::array<std::byte, sizeof(T)> buf;
-        if (detail::thread_slot* s = detail::current_tx)
+        if (detail::thread_slot* s = detail::current_tx) {
+            if constexpr (word_sized) {
+                std::uint64_t w;
+                if (detail::tx_read_word(*s, v_, w))
+                    return std::bit_cast<T>(w);
+            }
             detail::tx_read(*s, buf.data(), v_, sizeof(T));
-        else
+        } else
             detail::plain_read(buf.data(), v_, sizeof(T));
         return std::bit_cast<T>(buf);
     }
@@ -110,6 +120,9 @@ public:
     }
 
 private:
+    /// One aligned word: reads and stores take the one-word fast paths first.
+    static constexpr bool word_sized = sizeof(T) == 8 && Align >= 8;
+
     alignas(Align) unsigned char v_[sizeof(T)]; // T's bytes, as they are logged and replayed
 };
 

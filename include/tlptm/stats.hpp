@@ -103,7 +103,8 @@ struct thread_counters {
         streamed_bytes{0}, flushed_lines{0}, log_lines_flushed{0}, fences{0}, data_bytes_written{0},
         aalo_bytes{0}, round_trips{0}, write_back_batches{0};
 
-    static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
+    [[gnu::always_inline]] static void add(std::atomic<std::uint64_t>& c,
+                                           std::uint64_t v) noexcept {
         c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
     }
 

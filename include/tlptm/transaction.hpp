@@ -84,6 +84,15 @@ inline bool extend_snapshot(thread_slot& s, std::uint64_t seen) noexcept {
     return true;
 }
 
+/// Adds an orec read at version `seen` to the read-set: once for consecutive reads of the same
+/// orec at the same version (the words of one object).
+[[gnu::always_inline]] inline void note_read(thread_slot& s, std::uint32_t idx,
+                                             std::uint64_t seen) {
+    if (!s.reads.empty() && s.reads.back().first == idx && s.reads.back().second == seen)
+        return;
+    s.reads.emplace_back(idx, seen);
+}
+
 /// Reads `words` consecutive pool words starting at `offset`, all covered by one orec (one
 /// granule), consistently with the transaction's snapshot (I6: never a value newer than the
 /// snapshot, nor one being written back): one orec check and one read-set entry for them all.
@@ -119,9 +128,33 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
                 conflict(s);
             continue;
         }
-        s.reads.emplace_back(idx, o1);
+        note_read(s, idx, o1);
         return;
     }
+}
+
+/// The fast path of a transactional read of one aligned 8-byte word (a p<T> of 8 bytes): the
+/// word is in the pool, outside memory the transaction allocated, not in its write-set, and
+/// reads consistently at the first try (orec unlocked, version within the snapshot, unchanged
+/// across the load). False: nothing happened, and tx_read handles the read (conflicts,
+/// snapshot extension, own writes, AALO memory, memory outside the pool).
+[[gnu::always_inline]] inline bool tx_read_word(thread_slot& s, const void* src,
+                                                std::uint64_t& out) {
+    const pool_state& st = *s.pool;
+    const std::uint64_t off = static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(src) -
+                                                         st.base);
+    if (s.doomed || off >= st.size || !s.alloc.aalo.empty() || s.writes.may_hold(off))
+        return false;
+    const std::uint32_t idx = st.orecs.index(off);
+    std::atomic<std::uint64_t>& orec = st.orecs[idx];
+    const std::uint64_t o1 = orec.load(std::memory_order_seq_cst); // see extend_snapshot
+    const std::uint64_t v = __atomic_load_n(st.word_at(off), __ATOMIC_ACQUIRE);
+    if (orec.load(std::memory_order_acquire) != o1 || orec_table::locked(o1) ||
+        orec_table::version(o1) > s.snapshot)
+        return false;
+    note_read(s, idx, o1);
+    out = v;
+    return true;
 }
 
 /// Bytes covered by one orec.
@@ -201,22 +234,6 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
     });
 }
 
-/// True if the pool's log mode compresses entries (CBLO).
-inline bool compresses(const pool_state& st) noexcept {
-    return st.mode == log_mode::cblo || st.mode == log_mode::tlptm;
-}
-
-/// The largest write-set (in words) whose entry surely fits in the slot's ring, whatever its
-/// contents: below it no store needs a size check.
-inline std::size_t words_that_surely_fit(const thread_slot& s) noexcept {
-    std::size_t cap = s.ring.capacity();
-    if (compresses(*s.pool)) {
-        std::size_t fixed = max_compressed_header_bytes + codec::put_varint_writable_bytes;
-        return cap > fixed ? (cap - fixed) / compressed_bound_per_record : 0;
-    }
-    return cap > baseline_header_bytes ? (cap - baseline_header_bytes) / 24 : 0;
-}
-
 /// Raises log_overflow at the store that makes the transaction's entry too large for its ring,
 /// instead of at commit after the whole write-set was built. Called when the write-set reaches
 /// s.overflow_check_at words: encodes a sorted copy (the exact size), then checks again only
@@ -228,14 +245,14 @@ inline void check_entry_size(thread_slot& s) {
     std::sort(scratch.begin(), scratch.end(),
               [](const log_record& a, const log_record& b) { return a.offset < b.offset; });
     std::size_t bound =
-        s.entry.encode(compresses(*s.pool) ? entry_format::compressed : entry_format::baseline,
+        s.entry.encode(compresses(s.pool->mode) ? entry_format::compressed : entry_format::baseline,
                        scratch, s.pool->pointers());
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // No word adds more than a record's largest encoding: until the room left is used up at
     // that rate, no store can make the entry too large. The checks get closer as the entry
     // fills the ring, about log(capacity) of them in all.
-    std::size_t per_word = compresses(*s.pool) ? compressed_bound_per_record : 24;
+    std::size_t per_word = compresses(s.pool->mode) ? compressed_bound_per_record : 24;
     s.overflow_check_at =
         scratch.size() + std::max<std::size_t>(1, (s.ring.capacity() - bound) / per_word);
 }
@@ -271,6 +288,21 @@ inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::
                   });
 }
 
+/// The fast path of a transactional store of one aligned 8-byte word (a p<T> of 8 bytes): the
+/// word is in the heap, outside memory the transaction allocated, above every word of the
+/// write-set (stores in address order, or the first), and no size check is due. False:
+/// nothing happened, and tx_write handles the store.
+[[gnu::always_inline]] inline bool tx_write_word(thread_slot& s, void* dst,
+                                                 std::uint64_t v) {
+    const pool_state& st = *s.pool;
+    const std::uint64_t off =
+        static_cast<std::uint64_t>(static_cast<std::uint8_t*>(dst) - st.base);
+    if (s.doomed || off < st.heap_begin || off >= st.heap_end || !s.alloc.aalo.empty() ||
+        s.writes.size() + 1 >= s.overflow_check_at)
+        return false;
+    return s.writes.append_word(off, v);
+}
+
 /// A store of n bytes from src to dst (in the pool's heap) by the transaction: in place if dst
 /// lies in memory the transaction allocated (AALO), else buffered in the write-set.
 /// @throw tx_scope_error dst is not in the pool's heap
@@ -295,38 +327,31 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     tx_write_unchecked(s, dst, src, n);
 }
 
-/// Starts an attempt with empty sets. The snapshot is the clock (commits do not write its
-/// cache line, so reading it is usually a cache hit). A word written since the clock last
-/// moved has a version above the snapshot; its read raises the clock and extends the
-/// snapshot (validating every earlier read), so the attempt still sees only the newest
-/// committed values.
+/// Starts an attempt with empty sets. The snapshot is the clock as enter() read it before it
+/// marked the slot (commits do not write the clock's cache line, so reading it is usually a
+/// cache hit). A word written since the clock last moved has a version above the snapshot;
+/// its read raises the clock and extends the snapshot (validating every earlier read), so the
+/// attempt still sees only the newest committed values.
 inline void begin(thread_slot& s) {
-    s.writes.clear();
-    s.reads.clear();
-    s.locks.clear();
-    s.alloc.clear();
+    // The sets are empty: the slot's last attempt emptied them (finish_attempt).
     s.doomed = false;
     s.committed = false;
-    s.nested_error = nullptr;
-    s.overflow_check_at = words_that_surely_fit(s);
-    s.snapshot = s.pool->clock.load(std::memory_order_seq_cst);
-    // I3: enter() marked the slot taken (active_since = 1, seq_cst) before any read; now the
-    // bound becomes snapshot + 1, never above the snapshot. A reclaimer that scanned before
-    // the mark handed out only blocks whose free had committed and was written back before
-    // this attempt began: every word the attempt reads shows the state after the free (a word
-    // the free changed has a version above a stale snapshot and is re-validated), so no
-    // pointer it follows leads into the reused block. ("Before" is the order of the slot's
-    // locked CAS against the reclaimer's scan; on x86 the CAS is a full barrier, so this
-    // attempt's reads come after it.) A snapshot below a free's ts only delays its reuse;
-    // reclaim raises the clock past the frees it waits for (checkpoint), so new attempts
-    // start above them.
-    s.active_since.store(s.snapshot + 1, std::memory_order_release);
+    if (s.nested_error)
+        s.nested_error = nullptr;
+    s.overflow_check_at = s.surely_fit_words;
+    // I3: the mark (snapshot + 1, published before any read of this attempt) is a lower bound
+    // of the snapshot. A reclaimer whose heavy fence came before the mark was published
+    // handed out only blocks whose free had committed and was written back before the fence:
+    // every read of this attempt comes after it and shows the state after the free (a word the
+    // free changed has a version above a stale snapshot and is re-validated), so no pointer it
+    // follows leads into the reused block. A snapshot below a free's ts only delays its reuse;
+    // reclaim raises the clock past the frees it waits for (checkpoint), so new attempts start
+    // above them.
+    s.snapshot = s.active_since.load(std::memory_order_relaxed) - 1;
 }
 
-/// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
-/// by the same attempt go back either way.
-inline void finish_attempt(thread_slot& s) noexcept {
-    heap& h = s.pool->allocator;
+/// finish_attempt's part for an attempt that allocated.
+inline void release_claims(thread_slot& s, heap& h) noexcept {
     for (const auto& c : s.alloc.claims) {
         if (s.committed && !c.freed_in_tx)
             continue;
@@ -338,9 +363,46 @@ inline void finish_attempt(thread_slot& s) noexcept {
     if (!s.committed)
         for (const auto& sc : s.alloc.sb_claims)
             h.untake_superblock(s.index, sc);
+}
+
+/// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
+/// by the same attempt go back either way.
+inline void finish_attempt(thread_slot& s) noexcept {
+    heap& h = s.pool->allocator;
+    if (!s.alloc.claims.empty() || !s.alloc.sb_claims.empty())
+        release_claims(s, h);
     s.alloc.clear();
     s.writes.clear();
+    s.reads.clear();
+    s.locks.clear();
 }
+
+
+/// The owner's side of the lock between a commit and a helper's settle(): from commit step 1
+/// to the end of the write-back the slot's write-back state (dirty_lines, unapplied_ts,
+/// in_flight) is the commit's. Published with a plain store (asymmetric fences); a helper that
+/// set settle_wanted first is waited for.
+class commit_section {
+public:
+    explicit commit_section(thread_slot& s) noexcept : s_(s) {
+        for (;;) {
+            publish(s_.committing, std::uint32_t{1});
+            if (s_.settle_wanted.load(std::memory_order_seq_cst) == 0)
+                return;
+            s_.committing.store(0, std::memory_order_release);
+            while (s_.settle_wanted.load(std::memory_order_acquire) != 0) {
+                sched(sched_point::spin, &s_.settle_wanted);
+                cpu_relax();
+            }
+        }
+    }
+    ~commit_section() { s_.committing.store(0, std::memory_order_release); }
+    commit_section(const commit_section&) = delete;
+    commit_section& operator=(const commit_section&) = delete;
+
+private:
+    thread_slot& s_;
+};
 
 /// Releases the orecs locked by a failed commit, restoring their versions.
 inline void release_locks(thread_slot& s) noexcept {
@@ -513,15 +575,17 @@ inline void commit(thread_slot& s) {
     }
     s.writes.sort_for_commit();
     const auto& recs = s.writes.entries();
-    const std::uint32_t covered_crc = choose_covered_blocks(s);
+    const std::uint32_t covered_crc =
+        s.alloc.allocated.empty() ? (s.covered.clear(), 0u) : choose_covered_blocks(s);
     std::size_t bound =
-        s.entry.encode(compresses(st) ? entry_format::compressed : entry_format::baseline, recs,
+        s.entry.encode(compresses(st.mode) ? entry_format::compressed : entry_format::baseline, recs,
                        st.pointers(), s.covered, covered_crc);
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
     // no timestamp. A persistence failure there poisons the pool (pool_state::guarded).
-    st.reserve_ring(s, bound);
+    if (!s.attached || s.head + bound > s.ring.capacity())
+        st.reserve_ring(s, bound);
 
     // Blocks the entry does not cover are made durable now, fenced (F0), before any orec is
     // locked: they are private to the transaction, so a large allocation's flushes do not
@@ -536,7 +600,7 @@ inline void commit(thread_slot& s) {
     // Step 1: lock the write-set, take ts, validate the read-set.
     lock_write_set(s);
     note_locked_op(s.pctx);
-    std::lock_guard fence_guard(s.fence_lock); // settle() waits until the write-back is done
+    commit_section section(s); // a helper's settle() waits until the write-back is done
     // I2: in_flight holds CT below ts until the write-back is durable. While earlier commits'
     // write-back is still pending it already holds CT below the oldest of them.
     bool previous_unfenced = s.unapplied_ts.load(std::memory_order_relaxed) != 0;
@@ -553,7 +617,7 @@ inline void commit(thread_slot& s) {
     const bool late = mutated(mutation::late_in_flight); // the bug this order prevents
     std::uint64_t ts = std::max(s.snapshot, s.last_ts);
     if (!previous_unfenced && !late)
-        s.in_flight.store(ts + 1, std::memory_order_seq_cst);
+        publish(s.in_flight, ts + 1); // before the clock read (safe_checkpoint's heavy fence)
     sched(sched_point::clock, &st.clock);
     ts = std::max(ts, st.clock.load(std::memory_order_seq_cst));
     for (auto [idx, old] : s.locks)
@@ -744,6 +808,20 @@ private:
 
 namespace detail {
 
+/// Makes the compiler store `v` to memory here, before the commit. Otherwise it may build the
+/// result after the commit with stores that a load of another size reads back at once (a
+/// std::optional: a one-byte flag read as part of an 8-byte word). Such a load waits until the
+/// store reaches the cache, and every store after the commit's fence waits for the fence:
+/// the whole persistence round trip would show there instead of overlapping with the caller's
+/// next work (measured: workload c took twice as long).
+template <class T> inline void store_before_commit(T& v) noexcept {
+#if defined(__GNUC__)
+    asm volatile("" : : "m"(v));
+#else
+    (void)v;
+#endif
+}
+
 template <class F> decltype(auto) invoke_tx(F& f, tx& t) {
     if constexpr (std::is_invocable_v<F&, tx&>)
         return std::invoke(f, t);
@@ -819,10 +897,11 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         }
         static detail::thread_slot& take(detail::pool_state& st, detail::thread_slot* preferred,
                                          bool serial) {
+            const std::uintptr_t token = detail::this_thread_registry.token();
             if (!serial)
-                return st.enter(preferred);
+                return st.enter(preferred, token);
             st.lock_exclusive();
-            return st.enter_serial(preferred);
+            return st.enter_serial(preferred, token);
         }
         ~attempt_scope() {
             detail::current_tx = nullptr;
@@ -846,6 +925,7 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
                     return;
                 } else {
                     R r = detail::invoke_tx(f, t);
+                    detail::store_before_commit(r);
                     detail::commit(s);
                     return r;
                 }

@@ -154,12 +154,20 @@ struct alloc_tx_state {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
 
     void clear() noexcept {
-        claims.clear();
-        allocated.clear();
-        aalo.clear();
-        aalo_sorted_ = 0;
-        frees.clear();
-        sb_claims.clear();
+        // Most transactions allocate nothing: no stores then (after a commit's fence every
+        // store waits in the store buffer until the fence completes).
+        if (!claims.empty())
+            claims.clear();
+        if (!allocated.empty())
+            allocated.clear();
+        if (!aalo.empty()) {
+            aalo.clear();
+            aalo_sorted_ = 0;
+        }
+        if (!frees.empty())
+            frees.clear();
+        if (!sb_claims.empty())
+            sb_claims.clear();
     }
     /// Removes the block starting at `offset` from `allocated` and `aalo` (freed by the
     /// transaction that allocated it).

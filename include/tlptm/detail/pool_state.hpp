@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <tlptm/detail/asymmetric_fence.hpp>
 #include <tlptm/detail/heap.hpp>
 #include <tlptm/detail/layout.hpp>
 #include <tlptm/detail/sched.hpp>
@@ -50,9 +51,26 @@ namespace tlptm::detail {
 
 struct pool_state;
 
+/// True if the pool's log mode compresses entries (CBLO).
+inline bool compresses(log_mode mode) noexcept {
+    return mode == log_mode::cblo || mode == log_mode::tlptm;
+}
+
+/// The largest write-set (in words) whose entry surely fits in the slot's ring, whatever its
+/// contents: below it no store needs a size check.
+inline std::size_t words_that_surely_fit(log_mode mode, std::size_t cap) noexcept {
+    if (compresses(mode)) {
+        std::size_t fixed = max_compressed_header_bytes + codec::put_varint_writable_bytes;
+        return cap > fixed ? (cap - fixed) / compressed_bound_per_record : 0;
+    }
+    return cap > baseline_header_bytes ? (cap - baseline_header_bytes) / 24 : 0;
+}
+
+
 /// One thread slot: its log ring, the ring's volatile write position, the persistence context
-/// and the transaction descriptor. A slot is held by one transaction attempt at a time
-/// (active_since != 0), whatever thread runs it.
+/// and the transaction descriptor. A thread holds a slot from one transaction to the next
+/// (`holder`), and one transaction attempt at a time runs in it (active_since != 0); a thread
+/// that finds every slot held takes an idle one from its holder.
 struct alignas(64) thread_slot { // slots written by different threads share no cache line
     pool_state* pool = nullptr;
     std::uint32_t index = 0;
@@ -85,6 +103,8 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::exception_ptr nested_error;
     /// Write-set size (words) at which the entry's size is checked next (early log_overflow).
     std::size_t overflow_check_at = 0;
+    /// The largest write-set whose entry surely fits in the ring (words_that_surely_fit).
+    std::size_t surely_fit_words = 0;
     std::vector<log_record> size_check_records; ///< scratch of that check
     /// The blocks the commit's entry covers instead of a fence of their own (F0), sorted.
     std::vector<pool_range> covered;
@@ -103,13 +123,30 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// The slot's newest commit timestamp (0: none yet): a checkpoint raises the clock to the
     /// largest of them before it reads it, since commits do not advance the clock.
     std::atomic<std::uint64_t> committed_ts{0};
-    std::vector<std::uint64_t> dirty_lines; ///< guarded by fence_lock
-    spin_lock fence_lock; ///< held by the owner from commit step 1 to the end of write-back
+    /// Guarded by the commit section: written by the owner while `committing`, by a helper
+    /// while `settle_wanted` and the owner is not committing (pool_state::settle).
+    std::vector<std::uint64_t> dirty_lines;
 
-    /// While an attempt runs: 1 + a lower bound of its snapshot (1 until begin() sets it),
-    /// else 0. Read by exclusive sections (which wait for it to clear) and by I3 (memory freed
-    /// at ts f is reused only once every running attempt's snapshot is >= f).
+    /// The two sides of the lock between a commit and a helper that settles the slot's
+    /// write-back (asymmetric: the owner publishes `committing` with a plain store, the helper
+    /// pays a heavy fence). The owner sets `committing` from commit step 1 to the end of its
+    /// write-back, and waits while `settle_wanted` is set; a helper sets `settle_wanted`, then
+    /// waits until `committing` is clear (commit_section, pool_state::settle).
+    std::atomic<std::uint32_t> committing{0};
+    std::atomic<std::uint32_t> settle_wanted{0};
+    spin_lock helper_lock; ///< one helper at a time settles this slot
+
+    /// While an attempt runs: 1 + a lower bound of its snapshot, else 0 (published: a plain
+    /// store with asymmetric fences). Read by exclusive sections (which wait for it to clear)
+    /// and by I3 (memory freed at ts f is reused only once every running attempt's snapshot is
+    /// >= f), both after a heavy fence.
     std::atomic<std::uint64_t> active_since{0};
+    /// The thread that holds the slot between its attempts (thread_registry::token), 0: none.
+    /// The holder's attempts take the slot without a locked instruction (enter).
+    std::atomic<std::uintptr_t> holder{0};
+    /// Set while another thread takes the slot from its idle holder: the holder's next attempt
+    /// sees it after publishing its mark and goes elsewhere (take_idle_slot).
+    std::atomic<std::uint32_t> revoke{0};
 };
 
 /// Everything an open pool shares between threads. Created by create_state / open_state, owned
@@ -237,6 +274,9 @@ struct pool_state {
         // committer that read the clock earlier, whose in_flight is visible below (or whose
         // write-back is already durable).
         std::uint64_t safe = advance_clock(newest_commit());
+        // In_flight is published with a plain store (asymmetric fences): after this barrier a
+        // committer's bound is visible, or its clock read comes after it and sees `safe`.
+        heavy_fence();
         for (const auto& s : slots) {
             std::uint64_t f = s->in_flight.load(std::memory_order_seq_cst);
             if (f != 0 && f - 1 < safe)
@@ -247,15 +287,52 @@ struct pool_state {
 
     /// Makes slot x's pending write-back durable — flush its dirty lines (again, from this
     /// thread: a flush from any core writes the line back) and fence once — so that CT may pass
-    /// its commits. Safe from any thread; waits while x is committing.
+    /// its commits. Safe from any thread but x's owner while it commits; waits while x is
+    /// committing.
     void settle(thread_slot& x, persist_ctx& ctx) {
-        if (x.unapplied_ts.load(std::memory_order_acquire) == 0)
-            return;
-        std::lock_guard lk(x.fence_lock);
-        settle_locked(x, ctx);
+        thread_slot* one[] = {&x};
+        settle_slots(one, ctx);
     }
 
-    /// settle() for a caller that holds x.fence_lock (the owner at the end of its commit).
+    /// settle() of several slots, with one heavy fence for all of them.
+    template <class Slots> void settle_slots(const Slots& xs, persist_ctx& ctx) {
+        std::vector<thread_slot*> held;
+        for (auto& x : xs) {
+            thread_slot& slot = *x;
+            if (slot.unapplied_ts.load(std::memory_order_acquire) == 0)
+                continue;
+            slot.helper_lock.lock();
+            slot.settle_wanted.store(1, std::memory_order_seq_cst);
+            held.push_back(&slot);
+        }
+        if (held.empty())
+            return;
+        // The owner publishes `committing` with a plain store: after this barrier it is
+        // visible, or the owner's next look at settle_wanted sees the request and waits.
+        heavy_fence();
+        auto release = [&] {
+            for (thread_slot* slot : held) {
+                slot->settle_wanted.store(0, std::memory_order_release);
+                slot->helper_lock.unlock();
+            }
+        };
+        try {
+            for (thread_slot* slot : held) {
+                while (slot->committing.load(std::memory_order_seq_cst) != 0) {
+                    sched(sched_point::spin, slot);
+                    cpu_relax();
+                }
+                settle_locked(*slot, ctx);
+            }
+        } catch (...) {
+            release();
+            throw;
+        }
+        release();
+    }
+
+    /// settle() for a caller that owns x's write-back: its owner in a commit section, or a
+    /// helper that holds settle_wanted while the owner is not committing.
     void settle_locked(thread_slot& x, persist_ctx& ctx) {
         if (x.unapplied_ts.load(std::memory_order_relaxed) == 0)
             return;
@@ -295,8 +372,7 @@ struct pool_state {
     void checkpoint(persist_ctx& ctx) {
         if (poisoned())
             return;
-        for (auto& x : slots)
-            settle(*x, ctx);
+        settle_slots(slots, ctx);
         std::uint64_t safe = safe_checkpoint();
         std::lock_guard lk(checkpoint_mutex);
         if (safe > durable_ct.load(std::memory_order_relaxed)) {
@@ -347,6 +423,10 @@ struct pool_state {
 
     /// The smallest clock value at which a running attempt began (UINT64_MAX if none runs).
     std::uint64_t oldest_active() const noexcept {
+        // Marks are published with plain stores (asymmetric fences): after this barrier an
+        // attempt's mark is visible, or every read the attempt makes comes after the barrier
+        // and sees what was written before it.
+        heavy_fence();
         std::uint64_t m = ~std::uint64_t{0};
         for (const auto& s : slots) {
             std::uint64_t a = s->active_since.load(std::memory_order_seq_cst);
@@ -359,57 +439,57 @@ struct pool_state {
     /// True if stores into memory allocated by the same transaction skip the log (AALO).
     bool aalo() const noexcept { return mode == log_mode::aalo || mode == log_mode::tlptm; }
 
-    // ---- exclusive sections: serial transactions, close, recover ------------------------
-
-    // ---- thread slots: held by running transaction attempts, not by threads ----------------
+    // ---- thread slots: held by threads, one attempt at a time ----------------------------
     //
-    // A slot (its log ring and transaction descriptor) is taken by an attempt when it starts
-    // and given back when it ends; active_since != 0 means taken. Taking it is one locked
-    // compare-and-swap that serves three purposes at once: ownership of the slot, the mark that
-    // exclusive sections wait for, and the start time I3 needs. A thread tries its last slot
-    // first (locality); when all max_threads slots are taken it waits for one.
+    // A thread holds a slot (its log ring and transaction descriptor) from one transaction to
+    // the next: `holder` names it, taken once with a compare-and-swap. Each attempt marks the
+    // slot active (active_since != 0) with a plain store (publish), then checks that no
+    // exclusive section runs and no other thread is taking the slot away (revoke): the
+    // Dekker pairs with lock_exclusive and take_idle_slot, whose heavy fences make the mark
+    // visible, so the common attempt issues no locked instruction (a locked instruction would
+    // wait for the previous commit's non-temporal stores and flushes). The mark serves the
+    // exclusive sections, which wait for it to clear, and I3, which needs the attempt's start
+    // time. A thread without a slot takes a free one; when every slot is held it takes an idle
+    // one from its holder, and when every slot is busy it waits.
 
-    /// Takes a free slot, `preferred` first; nullptr if every slot is taken.
-    thread_slot* take_slot(thread_slot* preferred) noexcept {
-        // Marked with the lowest bound (clock 0) until begin() knows the attempt's snapshot:
-        // reading the clock here would cost a cache miss whenever another thread committed.
-        const std::uint64_t since = 1;
-        auto take = [&](thread_slot& s) {
-            std::uint64_t expect = 0;
-            return s.active_since.load(std::memory_order_relaxed) == 0 &&
-                   s.active_since.compare_exchange_strong(expect, since, std::memory_order_seq_cst);
-        };
-        // The CAS waits for flushes still pending from the slot's last commit: counted on the
-        // slot's context once it is ours (only its owner touches the context).
-        if (preferred && take(*preferred)) {
-            note_locked_op(preferred->pctx);
-            return preferred;
-        }
-        for (auto& s : slots)
-            if (s.get() != preferred && take(*s)) {
-                note_locked_op(s->pctx);
-                return s.get();
-            }
-        return nullptr;
+    /// The attempt of `token`'s thread takes `s` if that thread holds it and nobody wants it:
+    /// publishes the mark (clock + 1, a lower bound of the snapshot begin() will take), then
+    /// checks. False (and no mark) otherwise.
+    bool enter_held(thread_slot& s, std::uintptr_t token) noexcept {
+        if (s.holder.load(std::memory_order_relaxed) != token)
+            return false;
+        // I3: the mark may be read before begin() takes the snapshot; clock + 1 is at most
+        // snapshot + 1. (Reading the clock first only makes the bound lower.)
+        publish(s.active_since, clock.load(std::memory_order_acquire) + 1);
+        if (exclusive_flag.load(std::memory_order_seq_cst) == 0 &&
+            s.revoke.load(std::memory_order_seq_cst) == 0 &&
+            s.holder.load(std::memory_order_seq_cst) == token)
+            return true;
+        s.active_since.store(0, std::memory_order_release);
+        return false;
     }
 
-    /// Takes a slot for a transaction attempt, waiting while an exclusive section runs or while
-    /// every slot is taken. The CAS orders the mark before the re-check of exclusive_flag
-    /// (Dekker with lock_exclusive).
-    thread_slot& enter(thread_slot* preferred) noexcept {
+    /// Takes a slot for a transaction attempt of `token`'s thread, `preferred` (the slot it
+    /// held last) first, waiting while an exclusive section runs or while every slot is busy.
+    thread_slot& enter(thread_slot* preferred, std::uintptr_t token) noexcept {
         sched(sched_point::slot, preferred);
+        if (preferred && enter_held(*preferred, token))
+            return *preferred;
         for (unsigned spins = 0;; ++spins) {
             while (exclusive_flag.load(std::memory_order_acquire) != 0) {
                 sched(sched_point::spin, &exclusive_flag);
                 cpu_relax();
             }
-            if (thread_slot* s = take_slot(preferred)) {
-                if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
-                    return *s;
-                s->active_since.store(0, std::memory_order_seq_cst);
-                continue;
-            }
-            sched(sched_point::spin, preferred); // every slot is taken
+            thread_slot* s = nullptr;
+            if (preferred && preferred->holder.load(std::memory_order_relaxed) == token)
+                s = preferred; // held, but an exclusive section or a thief was in the way
+            else
+                s = take_free_slot(token);
+            if (!s)
+                s = take_idle_slot(token);
+            if (s && enter_held(*s, token))
+                return *s;
+            sched(sched_point::spin, preferred); // every slot is busy
             if (spins < 64)
                 cpu_relax();
             else if (spins < 4096)
@@ -419,23 +499,77 @@ struct pool_state {
         }
     }
 
-    /// Gives the slot back: the attempt's last access to it (release: the next owner sees the
-    /// descriptor as this attempt left it).
+    /// Makes `token`'s thread the holder of a slot that nobody holds; nullptr if none.
+    thread_slot* take_free_slot(std::uintptr_t token) noexcept {
+        for (auto& s : slots) {
+            std::uintptr_t expect = 0;
+            if (s->holder.load(std::memory_order_relaxed) == 0 &&
+                s->holder.compare_exchange_strong(expect, token, std::memory_order_seq_cst))
+                return s.get();
+        }
+        return nullptr;
+    }
+
+    /// Takes a slot whose holder runs no attempt in it (more threads than slots): sets
+    /// `revoke`, so that the holder's next attempt goes elsewhere, and after a heavy fence
+    /// checks that the holder's mark is clear. nullptr if every slot is busy.
+    thread_slot* take_idle_slot(std::uintptr_t token) noexcept {
+        for (auto& s : slots) {
+            if (s->active_since.load(std::memory_order_relaxed) != 0 ||
+                s->revoke.exchange(1, std::memory_order_seq_cst) != 0)
+                continue;
+            heavy_fence(); // the holder's mark is visible now, or it will see revoke
+            bool idle = s->active_since.load(std::memory_order_seq_cst) == 0;
+            if (idle)
+                s->holder.store(token, std::memory_order_seq_cst);
+            s->revoke.store(0, std::memory_order_release);
+            if (idle)
+                return s.get();
+        }
+        return nullptr;
+    }
+
+    /// `token`'s thread gives up `s` (it exits, or leaves the pool).
+    void release_slot(thread_slot& s, std::uintptr_t token) noexcept {
+        std::uintptr_t expect = token;
+        s.holder.compare_exchange_strong(expect, 0, std::memory_order_seq_cst);
+    }
+
+    /// Ends the attempt: its last access to the slot (release: the next attempt in the slot,
+    /// of any thread, sees the descriptor as this one left it).
     void leave(thread_slot& s) noexcept { s.active_since.store(0, std::memory_order_release); }
 
     /// Takes a slot for a serial attempt; the caller holds the exclusive section, so no
-    /// attempt runs and every slot is free.
-    thread_slot& enter_serial(thread_slot* preferred) noexcept {
-        thread_slot& s = preferred ? *preferred : *slots.front();
+    /// attempt runs. The thread's own slot if it holds one, else a free one, else any, taken
+    /// from its holder (which cannot start an attempt before the section ends).
+    thread_slot& enter_serial(thread_slot* preferred, std::uintptr_t token) noexcept {
+        thread_slot* p = preferred && preferred->holder.load(std::memory_order_relaxed) == token
+                             ? preferred
+                             : take_free_slot(token);
+        if (!p) { // every slot is held: take one from its holder (idle, as every thread is)
+            p = slots.front().get();
+            p->holder.store(token, std::memory_order_seq_cst);
+        }
+        thread_slot& s = *p;
         // Its snapshot (begin) covers every commit so far, so no pending free waits for it.
         s.active_since.store(advance_clock(newest_commit()) + 1, std::memory_order_seq_cst);
         return s;
     }
 
-    /// The slot a thread that has none in this pool should try first: spread round-robin.
+    /// The slot a thread that has none in this pool should try first: a free one, spread
+    /// round-robin.
     thread_slot* suggest_slot() noexcept {
-        return slots[next_suggestion.fetch_add(1, std::memory_order_relaxed) % slots.size()].get();
+        const std::size_t n = slots.size();
+        const std::size_t first = next_suggestion.fetch_add(1, std::memory_order_relaxed);
+        for (std::size_t k = 0; k < n; ++k) {
+            thread_slot* s = slots[(first + k) % n].get();
+            if (s->holder.load(std::memory_order_relaxed) == 0)
+                return s;
+        }
+        return slots[first % n].get();
     }
+
+    // ---- exclusive sections: serial transactions, close, recover ------------------------
 
     /// Waits until no transaction runs and keeps new ones from starting. The caller must not
     /// be inside a transaction attempt.
@@ -446,6 +580,7 @@ struct pool_state {
             sched(sched_point::spin, &exclusive_flag);
             cpu_relax();
         }
+        heavy_fence(); // every published mark is visible now; later attempts see the flag
         for (const auto& s : slots)
             while (s->active_since.load(std::memory_order_seq_cst) != 0) {
                 sched(sched_point::spin, s.get());
@@ -456,6 +591,7 @@ struct pool_state {
 
     /// Sets up the volatile view of the mapped, validated pool.
     void init_after_map(const pool_options& opt) {
+        enable_asymmetric_fences(); // before the pool's first transaction
         header = reinterpret_cast<pool_header*>(base);
         mode = opt.mode;
         write_back_mode = opt.write_back;
@@ -472,28 +608,34 @@ struct pool_state {
             s->index = i;
             s->ring.base = base + header->log_offset + std::uint64_t{i} * header->ring_size;
             s->ring.size = header->ring_size;
+            s->surely_fit_words = words_that_surely_fit(mode, s->ring.capacity());
             slots.push_back(std::move(s));
         }
     }
 
     /// Settles the slot a thread leaves behind when it exits, so that its write-back does not
-    /// hold CT back until the next checkpoint. The slot is taken for that (its context is
-    /// touched only by its holder); if another attempt holds it, that attempt's commit or a
-    /// later checkpoint settles it instead.
-    void settle_on_exit(thread_slot& s) noexcept {
+    /// hold CT back until the next checkpoint, and gives the slot up. The slot is entered for
+    /// that (its context is touched only by the attempt that runs in it); if that is not
+    /// possible (an exclusive section, a thief), a later checkpoint settles it instead.
+    void settle_on_exit(thread_slot& s, std::uintptr_t token) noexcept {
         sched(sched_point::slot, &s);
-        if (s.unapplied_ts.load(std::memory_order_acquire) == 0)
-            return;
-        std::uint64_t expect = 0;
-        if (!s.active_since.compare_exchange_strong(
-                expect, clock.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst))
-            return;
-        try {
-            settle(s, s.pctx);
-        } catch (...) {
-            // settle poisoned the pool; a poisoned pool never advances CT again.
+        // While the thread holds the slot, nobody else settles it on its behalf but a
+        // checkpoint: wait out an exclusive section (or a thief) rather than leave it behind.
+        while (s.unapplied_ts.load(std::memory_order_acquire) != 0 &&
+               s.holder.load(std::memory_order_relaxed) == token) {
+            if (enter_held(s, token)) {
+                try {
+                    settle(s, s.pctx);
+                } catch (...) {
+                    // settle poisoned the pool; a poisoned pool never advances CT again.
+                }
+                leave(s);
+                break;
+            }
+            sched(sched_point::spin, &s);
+            std::this_thread::yield();
         }
-        leave(s);
+        release_slot(s, token);
     }
 
     /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
@@ -552,8 +694,8 @@ struct pool_state {
     }
 };
 
-/// The slot each pool's transactions of this thread used last (tried first next time); at
-/// thread exit its pending write-back is settled.
+/// The slot this thread holds in each pool (tried first by its next transaction); at thread
+/// exit each one's pending write-back is settled and the slot given up.
 struct thread_registry {
     struct binding {
         std::uint64_t pool_id;
@@ -569,32 +711,52 @@ struct thread_registry {
     ~thread_registry() {
         for (auto& b : bindings)
             if (auto p = b.pool.lock())
-                p->settle_on_exit(*b.slot);
+                p->settle_on_exit(*b.slot, token());
     }
 
-    /// The slot the calling thread's next transaction on `pool` tries first (not taken by
-    /// this call: transactions take slots, see pool_state::enter).
+    /// What names the thread as a slot's holder (thread_slot::holder): unique among live
+    /// threads, never 0.
+    std::uintptr_t token() const noexcept { return reinterpret_cast<std::uintptr_t>(this); }
+
+    /// The slot the calling thread's next transaction on `pool` tries first (the one it holds,
+    /// or one to try: transactions take slots, see pool_state::enter).
     thread_slot& slot_for(const std::shared_ptr<pool_state>& pool) {
+        if (pool->id == last_pool_id_) // the pool of the thread's last transaction
+            return *last_slot_;
         for (auto& b : bindings)
-            if (b.pool_id == pool->id)
+            if (b.pool_id == pool->id) {
+                last_pool_id_ = b.pool_id;
+                last_slot_ = b.slot;
                 return *b.slot;
+            }
         std::erase_if(bindings, [](const binding& b) { return b.pool.expired(); });
         thread_slot* s = pool->suggest_slot();
         bindings.push_back(binding{pool->id, pool, s});
+        last_pool_id_ = pool->id;
+        last_slot_ = s;
         return *s;
     }
 
-    /// Records the slot the thread's transaction on `pool` took.
+    /// Records the slot the thread's transaction on `pool` took (the thread holds it now).
     void remember(const pool_state& pool, thread_slot& s) noexcept {
         for (auto& b : bindings)
             if (b.pool_id == pool.id)
                 b.slot = &s;
+        if (last_pool_id_ == pool.id)
+            last_slot_ = &s;
     }
 
     /// Forgets the binding to `pool` (the pool is closing).
     void forget(std::uint64_t pool_id) {
         std::erase_if(bindings, [&](const binding& b) { return b.pool_id == pool_id; });
+        if (last_pool_id_ == pool_id)
+            last_pool_id_ = 0;
     }
+
+private:
+    /// The binding used last (pool ids are never reused, and never 0).
+    std::uint64_t last_pool_id_ = 0;
+    thread_slot* last_slot_ = nullptr;
 };
 
 inline thread_local thread_registry this_thread_registry;
@@ -661,7 +823,9 @@ inline void map_fixed(pool_state& st, std::uintptr_t addr, std::size_t size) {
     void* got = ::mmap(want, size, PROT_READ | PROT_WRITE,
                        MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED_NOREPLACE, st.fd, 0);
     st.map_sync = got != MAP_FAILED;
-    if (got == MAP_FAILED && (errno == EOPNOTSUPP || errno == EINVAL))
+    // Not persistent memory (EOPNOTSUPP, EINVAL), or a tool that refuses MAP_SYNC in its own
+    // way (valgrind: EEXIST): map it plainly; a range truly in use fails again below.
+    if (got == MAP_FAILED)
         got =
             ::mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, st.fd, 0);
     if (got == MAP_FAILED) {

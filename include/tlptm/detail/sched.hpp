@@ -38,6 +38,7 @@ enum class mutation : std::uint8_t {
     no_commit_cleanup, ///< a commit whose persistence fails leaves locks and in_flight behind
     aalo_not_covered,  ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
     late_in_flight,    ///< a commit publishes in_flight after its F1, not before taking ts (I2)
+    no_heavy_fence,    ///< the rare side of an asymmetric fence skips its barrier
 };
 
 #if defined(TLPTM_SCHED_HOOKS)

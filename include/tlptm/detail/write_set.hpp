@@ -34,6 +34,23 @@ public:
         return lookup(offset);
     }
 
+    /// True if the set may hold the word at `offset` (false: it surely does not).
+    bool may_hold(std::uint64_t offset) const noexcept {
+        return (filter_ & filter_bit(offset)) != 0;
+    }
+
+    /// Appends a whole-word store to the word at `offset` (8-aligned) if the set is sorted and
+    /// the word lies above every word of it (the set stays sorted, no index to update); false
+    /// otherwise (use put).
+    bool append_word(std::uint64_t offset, std::uint64_t value) {
+        if (!entries_.empty() && (offset <= top_ || !sorted_))
+            return false;
+        top_ = offset;
+        filter_ |= filter_bit(offset);
+        entries_.push_back(entry{offset, value, ~std::uint64_t{0}});
+        return true;
+    }
+
     /// Merges a store of `value` under `mask` into the word at `offset` (8-aligned).
     void put(std::uint64_t offset, std::uint64_t value, std::uint64_t mask) {
         // Above every word of the set (stores in address order, as a multi-word value is
@@ -99,8 +116,11 @@ public:
     }
 
     void clear() noexcept {
+        if (entries_.empty() && filter_ == 0)
+            return; // already clear (a read-only attempt): no stores
         entries_.clear();
-        index_.clear();
+        if (!index_.empty())
+            index_.clear();
         filter_ = 0;
         sorted_ = true;
     }
