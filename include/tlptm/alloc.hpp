@@ -48,7 +48,11 @@ template <class T> void meta_store(thread_slot& s, std::uint64_t offset, const T
 inline void set_bitmap_bit(thread_slot& s, std::uint32_t i, std::uint32_t b, bool on) {
     heap& h = s.pool->allocator;
     std::uint64_t at = h.meta_offset(i) + bitmap_offset_in_meta + b / 8;
-    auto byte = meta_load<std::uint8_t>(s, at);
+    // The byte is read through its aligned word (the one-word fast path when it applies).
+    std::uint64_t word;
+    if (!tx_read_word(s, s.pool->base + at / 8 * 8, word))
+        word = meta_load<std::uint64_t>(s, at / 8 * 8);
+    auto byte = static_cast<std::uint8_t>(word >> (8 * (at % 8)));
     auto bit = static_cast<std::uint8_t>(1u << (b % 8));
     if (static_cast<bool>(byte & bit) == on)
         throw corruption_error("tlptm: pool '" + s.pool->path +
@@ -295,15 +299,24 @@ template <class T, class... Args> T* make(Args&&... args) {
     if (!s)
         throw tx_scope_error("tlptm::make called outside a transaction");
     void* mem = detail::tx_alloc(*s, sizeof(T));
-    auto buf = std::make_unique<std::byte[]>(sizeof(T) + alignof(T));
-    void* aligned = buf.get();
-    std::size_t space = sizeof(T) + alignof(T);
-    std::align(alignof(T), sizeof(T), aligned, space);
-    if constexpr (std::is_constructible_v<T, Args...>)
-        ::new (aligned) T(std::forward<Args>(args)...);
-    else
-        ::new (aligned) T{std::forward<Args>(args)...};
-    detail::tx_write(*s, mem, aligned, sizeof(T));
+    // Built in volatile memory first (on the stack when small), then stored as bytes.
+    auto build_and_store = [&](void* at) {
+        if constexpr (std::is_constructible_v<T, Args...>)
+            ::new (at) T(std::forward<Args>(args)...);
+        else
+            ::new (at) T{std::forward<Args>(args)...};
+        detail::tx_write(*s, mem, at, sizeof(T));
+    };
+    if constexpr (sizeof(T) <= 4096) {
+        alignas(T) std::byte buf[sizeof(T)];
+        build_and_store(buf);
+    } else {
+        auto buf = std::make_unique<std::byte[]>(sizeof(T) + alignof(T));
+        void* aligned = buf.get();
+        std::size_t space = sizeof(T) + alignof(T);
+        std::align(alignof(T), sizeof(T), aligned, space);
+        build_and_store(aligned);
+    }
     return static_cast<T*>(mem);
 }
 

@@ -137,34 +137,35 @@ inline std::uint32_t entry_crc(const std::uint8_t* e, std::size_t length, std::s
 
 /// The 8-bit byte-enable form of a byte mask (bit i set if byte i is written).
 inline std::uint8_t byte_enables(std::uint64_t mask) noexcept {
-    std::uint8_t be = 0;
-    for (int i = 0; i < 8; ++i)
-        if ((mask >> (8 * i)) & 0xFF)
-            be |= static_cast<std::uint8_t>(1u << i);
-    return be;
+    // Bit 0 of each byte becomes the OR of the byte's bits (no bit crosses into another
+    // byte's bit 0), then one multiplication gathers the eight bit-0s into the top byte.
+    std::uint64_t t = ((mask & 0xF0F0F0F0F0F0F0F0ull) >> 4) | (mask & 0x0F0F0F0F0F0F0F0Full);
+    t |= t >> 2;
+    t |= t >> 1;
+    return static_cast<std::uint8_t>(((t & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
 }
 inline std::uint64_t mask_of(std::uint8_t be) noexcept {
-    std::uint64_t m = 0;
-    for (int i = 0; i < 8; ++i)
-        if (be & (1u << i))
-            m |= std::uint64_t{0xFF} << (8 * i);
-    return m;
+    // Bit i of be to bit 0 of byte i (a multiplication that places a copy of be at each byte,
+    // shifted so that bit i sits at bit 0 of byte i), then each such byte filled.
+    std::uint64_t lows = 0;
+    for (unsigned b = be; b != 0; b &= b - 1)
+        lows |= std::uint64_t{1} << (8 * std::countr_zero(b));
+    return lows * 0xFF;
 }
-/// The bytes of v selected by be, packed from the low end (a byte-wise PEXT).
+/// The bytes of v selected by be, packed from the low end (a byte-wise PEXT): one step per
+/// selected byte.
 inline std::uint64_t gather_bytes(std::uint64_t v, std::uint8_t be) noexcept {
     std::uint64_t r = 0;
     int k = 0;
-    for (int i = 0; i < 8; ++i)
-        if (be & (1u << i))
-            r |= ((v >> (8 * i)) & 0xFF) << (8 * k++);
+    for (unsigned b = be; b != 0; b &= b - 1, ++k)
+        r |= ((v >> (8 * std::countr_zero(b))) & 0xFF) << (8 * k);
     return r;
 }
 inline std::uint64_t scatter_bytes(std::uint64_t packed, std::uint8_t be) noexcept {
     std::uint64_t r = 0;
     int k = 0;
-    for (int i = 0; i < 8; ++i)
-        if (be & (1u << i))
-            r |= ((packed >> (8 * k++)) & 0xFF) << (8 * i);
+    for (unsigned b = be; b != 0; b &= b - 1, ++k)
+        r |= ((packed >> (8 * k)) & 0xFF) << (8 * std::countr_zero(b));
     return r;
 }
 
@@ -177,8 +178,9 @@ struct pointer_range {
 
 /// Encodes sorted `records` as compressed records at `out`, which must have room for
 /// compressed_bound(records.size()) bytes. Returns the bytes written.
-inline std::size_t encode_compressed_records(std::uint8_t* out, std::span<const log_record> records,
-                                             pointer_range ptrs) noexcept {
+[[gnu::always_inline]] inline std::size_t
+encode_compressed_records(std::uint8_t* out, std::span<const log_record> records,
+                          pointer_range ptrs) noexcept {
     constexpr std::uint64_t full = ~std::uint64_t{0};
     std::uint8_t* p = out;
     std::uint64_t expect = 0; // offset just past the previous record
@@ -309,8 +311,9 @@ public:
     /// of the entry's size. `covered` (sorted by offset, disjoint, each non-empty): ranges of
     /// blocks whose contents must match `covered_crc` for the entry to count as committed when
     /// it is its ring's last (see covered_blocks_crc); empty: none.
-    std::size_t encode(entry_format format, std::span<const log_record> records, pointer_range ptrs,
-                       std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
+    [[gnu::always_inline]] std::size_t
+    encode(entry_format format, std::span<const log_record> records, pointer_range ptrs,
+           std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
         format_ = format;
         covers_ = !covered.empty();
         payload_at_ = word_slack + (format == entry_format::baseline ? baseline_header_bytes
@@ -354,7 +357,8 @@ public:
     /// Writes the header for timestamp `ts` (the previous entry of the ring, or the ring's base
     /// timestamp, is `prev_ts` < ts) and seals the entry with its CRC for generation `gen`.
     /// Returns the entry's bytes.
-    std::span<const std::uint8_t> seal(std::uint64_t ts, std::uint64_t prev_ts, std::uint64_t gen) {
+    [[gnu::always_inline]] std::span<const std::uint8_t>
+    seal(std::uint64_t ts, std::uint64_t prev_ts, std::uint64_t gen) {
         std::uint8_t* e;
         std::size_t length, crc_at;
         const std::uint8_t format_byte = static_cast<std::uint8_t>(

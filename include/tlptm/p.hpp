@@ -38,7 +38,7 @@ public:
 
     /// Transactional store of v.
     /// @throw tx_scope_error outside a transaction, or the field is not in the pool's heap
-    p& operator=(const T& v) {
+    [[gnu::always_inline]] p& operator=(const T& v) {
         detail::thread_slot* s = detail::current_tx;
         if (!s)
             throw tx_scope_error("tlptm: store to a tlptm::p<T> outside a transaction; wrap it "
@@ -53,7 +53,7 @@ public:
     p& operator=(const p& o) { return *this = o.get(); }
 
     /// The value as the running transaction sees it (or the pool's value outside one).
-    T get() const {
+    [[gnu::always_inline]] T get() const {
         std::array<std::byte, sizeof(T)> buf;
         if (detail::thread_slot* s = detail::current_tx) {
             if constexpr (word_sized) {
@@ -66,7 +66,7 @@ public:
             detail::plain_read(buf.data(), v_, sizeof(T));
         return std::bit_cast<T>(buf);
     }
-    operator T() const { return get(); }
+    [[gnu::always_inline]] operator T() const { return get(); }
 
     /// Member access through a persistent pointer field.
     T operator->() const requires std::is_pointer_v<T> { return get(); }

@@ -23,6 +23,7 @@
 #include <tlptm/stats.hpp>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -144,6 +145,56 @@ inline void stream_copy(void* dst, const void* src, std::size_t n) noexcept {
     pmem_memcpy(dst, src, n, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
 }
 
+#if defined(__x86_64__)
+/// Which instruction writes a cache line back (as libpmem chooses it: CLWB, else CLFLUSHOPT,
+/// else CLFLUSH), read from CPUID once.
+enum class line_flush : std::uint8_t { clflush, clflushopt, clwb };
+inline const line_flush cpu_line_flush = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        if (b & (1u << 24))
+            return line_flush::clwb;
+        if (b & (1u << 23))
+            return line_flush::clflushopt;
+    }
+    return line_flush::clflush;
+}();
+
+__attribute__((target("clwb"))) inline void clwb_lines(std::uintptr_t a,
+                                                       std::uintptr_t end) noexcept {
+    for (; a < end; a += 64)
+        _mm_clwb(reinterpret_cast<void*>(a));
+}
+__attribute__((target("clflushopt"))) inline void clflushopt_lines(std::uintptr_t a,
+                                                                   std::uintptr_t end) noexcept {
+    for (; a < end; a += 64)
+        _mm_clflushopt(reinterpret_cast<void*>(a));
+}
+#endif
+
+/// Writes back the cache lines of [addr, addr + n) with the CPU's flush instruction (what
+/// pmem_flush does, without its indirect call). Durable after a store fence.
+inline void flush_cpu_lines(const void* addr, std::size_t n) noexcept {
+#if defined(__x86_64__)
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(addr) & ~std::uintptr_t{63};
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(addr) + n;
+    switch (cpu_line_flush) {
+    case line_flush::clwb:
+        clwb_lines(a, end);
+        return;
+    case line_flush::clflushopt:
+        clflushopt_lines(a, end);
+        return;
+    case line_flush::clflush:
+        for (std::uintptr_t l = a; l < end; l += 64)
+            _mm_clflush(reinterpret_cast<void*>(l));
+        return;
+    }
+#else
+    pmem_flush(addr, n);
+#endif
+}
+
 /// Per-thread persistence state: the thread's counters and, in msync mode, the page ranges
 /// flushed since the last fence.
 struct persist_ctx {
@@ -180,7 +231,8 @@ public:
 
     /// Copies n bytes into the pool (a log entry) with non-temporal stores, or with stores and
     /// flushes of their lines (log_write); durable after fence().
-    void stream(persist_ctx& ctx, void* dst, const void* src, std::size_t n) const {
+    [[gnu::always_inline]] void stream(persist_ctx& ctx, void* dst, const void* src,
+                                       std::size_t n) const {
         ctx.pending = true;
         if (store_log_ && kind_ == kind::cpu) {
             // Stores and CLWB (log_write): the lines are written back whole. A test's policy
@@ -191,7 +243,7 @@ public:
                 override_->stored(dst, n);
                 override_->flush(dst, n);
             } else {
-                pmem_flush(dst, n);
+                flush_cpu_lines(dst, n);
             }
             thread_counters::add(ctx.counters.log_lines_flushed, lines_of(dst, n));
             spin_ns(std::uint64_t{write_ns_} * lines_of(dst, n));
@@ -223,7 +275,7 @@ public:
         if (override_) {
             override_->flush(addr, n);
         } else if (kind_ == kind::cpu) {
-            pmem_flush(addr, n);
+            flush_cpu_lines(addr, n);
         } else {
             note_msync(ctx, addr, n);
         }
@@ -231,7 +283,7 @@ public:
     }
 
     /// Store fence: every earlier stream() and flush() of this thread is durable afterwards.
-    void fence(persist_ctx& ctx) const {
+    [[gnu::always_inline]] void fence(persist_ctx& ctx) const {
         thread_counters::add(ctx.counters.fences, 1);
         thread_counters::add(ctx.counters.round_trips, 1);
         ctx.pending = false;

@@ -49,7 +49,7 @@ template <class F> inline void for_each_word(std::uint64_t at, std::size_t n, F&
 
 /// Checks that every orec read is unchanged (or locked by this transaction and unchanged
 /// before it locked it). Orecs are read seq_cst (plain loads on x86): see extend_snapshot.
-inline bool validate_reads(const thread_slot& s) noexcept {
+[[gnu::always_inline]] inline bool validate_reads(const thread_slot& s) noexcept {
     const orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
     for (auto [idx, seen] : s.reads) {
@@ -59,8 +59,8 @@ inline bool validate_reads(const thread_slot& s) noexcept {
         if (now != mine)
             return false;
         auto it = std::find_if(s.locks.begin(), s.locks.end(),
-                               [idx = idx](const auto& l) { return l.first == idx; });
-        if (it == s.locks.end() || it->second != seen)
+                               [idx = idx](const orec_ref& l) { return l.index == idx; });
+        if (it == s.locks.end() || it->version != seen)
             return false;
     }
     return true;
@@ -88,7 +88,7 @@ inline bool extend_snapshot(thread_slot& s, std::uint64_t seen) noexcept {
 /// orec at the same version (the words of one object).
 [[gnu::always_inline]] inline void note_read(thread_slot& s, std::uint32_t idx,
                                              std::uint64_t seen) {
-    if (!s.reads.empty() && s.reads.back().first == idx && s.reads.back().second == seen)
+    if (!s.reads.empty() && s.reads.back().index == idx && s.reads.back().version == seen)
         return;
     s.reads.emplace_back(idx, seen);
 }
@@ -141,9 +141,10 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
 [[gnu::always_inline]] inline bool tx_read_word(thread_slot& s, const void* src,
                                                 std::uint64_t& out) {
     const pool_state& st = *s.pool;
-    const std::uint64_t off = static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(src) -
-                                                         st.base);
-    if (s.doomed || off >= st.size || !s.alloc.aalo.empty() || s.writes.may_hold(off))
+    const std::uint64_t off =
+        static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(src) - st.base);
+    if (s.doomed || off >= st.size || s.writes.may_hold(off) ||
+        (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, 8)))
         return false;
     const std::uint32_t idx = st.orecs.index(off);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
@@ -292,13 +293,12 @@ inline void tx_write_unchecked(thread_slot& s, void* dst, const void* src, std::
 /// word is in the heap, outside memory the transaction allocated, above every word of the
 /// write-set (stores in address order, or the first), and no size check is due. False:
 /// nothing happened, and tx_write handles the store.
-[[gnu::always_inline]] inline bool tx_write_word(thread_slot& s, void* dst,
-                                                 std::uint64_t v) {
+[[gnu::always_inline]] inline bool tx_write_word(thread_slot& s, void* dst, std::uint64_t v) {
     const pool_state& st = *s.pool;
-    const std::uint64_t off =
-        static_cast<std::uint64_t>(static_cast<std::uint8_t*>(dst) - st.base);
-    if (s.doomed || off < st.heap_begin || off >= st.heap_end || !s.alloc.aalo.empty() ||
-        s.writes.size() + 1 >= s.overflow_check_at)
+    const std::uint64_t off = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(dst) - st.base);
+    if (s.doomed || off < st.heap_begin || off >= st.heap_end ||
+        s.writes.size() + 1 >= s.overflow_check_at ||
+        (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, 8)))
         return false;
     return s.writes.append_word(off, v);
 }
@@ -332,7 +332,7 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
 /// cache hit). A word written since the clock last moved has a version above the snapshot;
 /// its read raises the clock and extends the snapshot (validating every earlier read), so the
 /// attempt still sees only the newest committed values.
-inline void begin(thread_slot& s) {
+[[gnu::always_inline]] inline void begin(thread_slot& s) {
     // The sets are empty: the slot's last attempt emptied them (finish_attempt).
     s.doomed = false;
     s.committed = false;
@@ -367,7 +367,7 @@ inline void release_claims(thread_slot& s, heap& h) noexcept {
 
 /// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
 /// by the same attempt go back either way.
-inline void finish_attempt(thread_slot& s) noexcept {
+[[gnu::always_inline]] inline void finish_attempt(thread_slot& s) noexcept {
     heap& h = s.pool->allocator;
     if (!s.alloc.claims.empty() || !s.alloc.sb_claims.empty())
         release_claims(s, h);
@@ -376,7 +376,6 @@ inline void finish_attempt(thread_slot& s) noexcept {
     s.reads.clear();
     s.locks.clear();
 }
-
 
 /// The owner's side of the lock between a commit and a helper's settle(): from commit step 1
 /// to the end of the write-back the slot's write-back state (dirty_lines, unapplied_ts,
@@ -413,7 +412,7 @@ inline void release_locks(thread_slot& s) noexcept {
 
 /// Locks the orecs of every word in the write-set (sorted by offset). Throws tx_retry (after
 /// releasing what it took) if another transaction holds one for too long.
-inline void lock_write_set(thread_slot& s) {
+[[gnu::always_inline]] inline void lock_write_set(thread_slot& s) {
     orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
     std::uint32_t previous = ~std::uint32_t{0};
@@ -578,8 +577,8 @@ inline void commit(thread_slot& s) {
     const std::uint32_t covered_crc =
         s.alloc.allocated.empty() ? (s.covered.clear(), 0u) : choose_covered_blocks(s);
     std::size_t bound =
-        s.entry.encode(compresses(st.mode) ? entry_format::compressed : entry_format::baseline, recs,
-                       st.pointers(), s.covered, covered_crc);
+        s.entry.encode(compresses(st.mode) ? entry_format::compressed : entry_format::baseline,
+                       recs, st.pointers(), s.covered, covered_crc);
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and

@@ -187,6 +187,16 @@ struct alloc_tx_state {
     /// search, so that a transaction that allocates thousands of blocks (a bulk load) does not
     /// scan them all at every access.
     bool in_aalo(std::uint64_t offset, std::uint64_t n) {
+        if (aalo.size() == 1) { // one block (an insert's node): no search
+            const range& r = aalo.front();
+            return offset >= r.offset && offset - r.offset <= r.size &&
+                   n <= r.size - (offset - r.offset);
+        }
+        return in_aalo_search(offset, n);
+    }
+
+    /// in_aalo for two blocks or more.
+    bool in_aalo_search(std::uint64_t offset, std::uint64_t n) {
         auto holds = [&](const range& r) {
             return offset >= r.offset && offset - r.offset <= r.size &&
                    n <= r.size - (offset - r.offset);

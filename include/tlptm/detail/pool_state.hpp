@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <tlptm/detail/append_vector.hpp>
 #include <tlptm/detail/asymmetric_fence.hpp>
 #include <tlptm/detail/heap.hpp>
 #include <tlptm/detail/layout.hpp>
@@ -51,6 +52,13 @@ namespace tlptm::detail {
 
 struct pool_state;
 
+/// An orec of the read-set (the version a read saw) or of the locked set (the version it held
+/// before the lock).
+struct orec_ref {
+    std::uint32_t index;   ///< the orec's index in the orec table
+    std::uint64_t version; ///< the orec word seen (a version, not a lock)
+};
+
 /// True if the pool's log mode compresses entries (CBLO).
 inline bool compresses(log_mode mode) noexcept {
     return mode == log_mode::cblo || mode == log_mode::tlptm;
@@ -65,7 +73,6 @@ inline std::size_t words_that_surely_fit(log_mode mode, std::size_t cap) noexcep
     }
     return cap > baseline_header_bytes ? (cap - baseline_header_bytes) / 24 : 0;
 }
-
 
 /// One thread slot: its log ring, the ring's volatile write position, the persistence context
 /// and the transaction descriptor. A thread holds a slot from one transaction to the next
@@ -91,9 +98,9 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     write_set writes;
     entry_builder entry;
     /// Orecs read and the version seen: validated on snapshot extension and at commit.
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> reads;
+    append_vector<orec_ref> reads;
     /// Orecs locked at commit and the version they held before.
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> locks;
+    append_vector<orec_ref> locks;
     std::uint64_t snapshot = 0; ///< rv: every value read is as of this timestamp
     bool serial = false;        ///< running alone (after repeated aborts): cannot conflict
     bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
@@ -125,7 +132,7 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::atomic<std::uint64_t> committed_ts{0};
     /// Guarded by the commit section: written by the owner while `committing`, by a helper
     /// while `settle_wanted` and the owner is not committing (pool_state::settle).
-    std::vector<std::uint64_t> dirty_lines;
+    append_vector<std::uint64_t> dirty_lines;
 
     /// The two sides of the lock between a commit and a helper that settles the slot's
     /// write-back (asymmetric: the owner publishes `committing` with a plain store, the helper
@@ -471,10 +478,17 @@ struct pool_state {
 
     /// Takes a slot for a transaction attempt of `token`'s thread, `preferred` (the slot it
     /// held last) first, waiting while an exclusive section runs or while every slot is busy.
-    thread_slot& enter(thread_slot* preferred, std::uintptr_t token) noexcept {
+    [[gnu::always_inline]] thread_slot& enter(thread_slot* preferred,
+                                              std::uintptr_t token) noexcept {
         sched(sched_point::slot, preferred);
-        if (preferred && enter_held(*preferred, token))
+        if (preferred && enter_held(*preferred, token)) [[likely]]
             return *preferred;
+        return enter_slow(preferred, token);
+    }
+
+    /// enter() when the thread's slot cannot be taken at once.
+    [[gnu::noinline]] thread_slot& enter_slow(thread_slot* preferred,
+                                              std::uintptr_t token) noexcept {
         for (unsigned spins = 0;; ++spins) {
             while (exclusive_flag.load(std::memory_order_acquire) != 0) {
                 sched(sched_point::spin, &exclusive_flag);
@@ -720,9 +734,14 @@ struct thread_registry {
 
     /// The slot the calling thread's next transaction on `pool` tries first (the one it holds,
     /// or one to try: transactions take slots, see pool_state::enter).
-    thread_slot& slot_for(const std::shared_ptr<pool_state>& pool) {
-        if (pool->id == last_pool_id_) // the pool of the thread's last transaction
+    [[gnu::always_inline]] thread_slot& slot_for(const std::shared_ptr<pool_state>& pool) {
+        if (pool->id == last_pool_id_) [[likely]] // the pool of the thread's last transaction
             return *last_slot_;
+        return bind(pool);
+    }
+
+    /// slot_for() of a pool other than the last one.
+    [[gnu::noinline]] thread_slot& bind(const std::shared_ptr<pool_state>& pool) {
         for (auto& b : bindings)
             if (b.pool_id == pool->id) {
                 last_pool_id_ = b.pool_id;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include <tlptm/detail/append_vector.hpp>
 #include <tlptm/log.hpp>
 
 namespace tlptm::detail {
@@ -24,8 +25,8 @@ public:
 
     bool empty() const noexcept { return entries_.empty(); }
     std::size_t size() const noexcept { return entries_.size(); }
-    std::vector<entry>& entries() noexcept { return entries_; }
-    const std::vector<entry>& entries() const noexcept { return entries_; }
+    append_vector<entry>& entries() noexcept { return entries_; }
+    const append_vector<entry>& entries() const noexcept { return entries_; }
 
     /// The entry for the word at `offset` (8-aligned), or nullptr.
     const entry* find(std::uint64_t offset) const noexcept {
@@ -185,7 +186,7 @@ private:
             index_insert(static_cast<std::uint32_t>(i));
     }
 
-    std::vector<entry> entries_;
+    append_vector<entry> entries_;
     std::vector<std::uint32_t> index_; ///< 0 = empty, else entry index + 1; size a power of 2
     std::uint64_t filter_ = 0;         ///< one bit per hash bucket of the words written
     std::uint64_t top_ = 0;            ///< the largest offset in the set (if not empty)
