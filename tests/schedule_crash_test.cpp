@@ -407,6 +407,11 @@ TEST_CASE("scheduled sweep: a thread exits and its slot is reused") {
                  [](tlptm::log_mode m, std::uint64_t) { return ss::slot_reuse(m, 4); });
 }
 
+TEST_CASE("scheduled sweep: more threads than slots, idle slots taken from their holders") {
+    sweep_family("slot-steal",
+                 [](tlptm::log_mode m, std::uint64_t) { return ss::slot_steal(m, 4); });
+}
+
 TEST_CASE("scheduled sweep: recover() and close() while other threads are bound") {
     sweep_family("recover-close",
                  [](tlptm::log_mode m, std::uint64_t) { return ss::recover_close(m, 4); });
@@ -486,6 +491,22 @@ TEST_CASE("mutation late_in_flight: in_flight published after the timestamp is c
     MESSAGE("late_in_flight: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
                                          << c.failing_points
                                          << " failing crash points; first: " << c.first);
+    CHECK(c.caught_runs > 0);
+}
+
+TEST_CASE("mutation no_revoke_check: a thread that keeps using a slot taken from it is caught") {
+    // With more threads than slots, a thread takes an idle slot from its holder. If the holder
+    // did not check for that after marking its next attempt, two attempts would run in one
+    // slot at once: one log ring, one write-set.
+    settings s = get_settings();
+    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 120 : 16);
+    caught c = run_mutation(
+        [](std::uint64_t seed) { return ss::slot_steal(mode_of(seed), 4); },
+        [](sweep_config& cfg, std::uint64_t) { cfg.lib_mut = lib_mutation::no_revoke_check; },
+        seeds);
+    MESSAGE("no_revoke_check: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
+                                          << c.failing_points
+                                          << " failing points; first: " << c.first);
     CHECK(c.caught_runs > 0);
 }
 

@@ -282,6 +282,43 @@ public:
         spin_ns(std::uint64_t{write_ns_} * lines);
     }
 
+    /// Writes back whole cache lines, given by their index from `base` (line l is [base + 64 l,
+    /// base + 64 l + 64)): flush() of each, with one look at the path for all of them.
+    void flush_lines(persist_ctx& ctx, const std::uint8_t* base, const std::uint64_t* lines,
+                     std::size_t n) const {
+        if (n == 0)
+            return;
+        thread_counters::add(ctx.counters.flushed_lines, n);
+        ctx.pending = true;
+        if (override_ || kind_ != kind::cpu) {
+            for (std::size_t k = 0; k < n; ++k) {
+                const std::uint8_t* a = base + lines[k] * cache_line;
+                if (override_)
+                    override_->flush(a, cache_line);
+                else
+                    note_msync(ctx, a, cache_line);
+            }
+        } else {
+#if defined(__x86_64__)
+            switch (cpu_line_flush) {
+            case line_flush::clwb:
+                for (std::size_t k = 0; k < n; ++k) {
+                    const auto a = reinterpret_cast<std::uintptr_t>(base + lines[k] * cache_line);
+                    clwb_lines(a, a + 1);
+                }
+                break;
+            default:
+                for (std::size_t k = 0; k < n; ++k)
+                    flush_cpu_lines(base + lines[k] * cache_line, cache_line);
+            }
+#else
+            for (std::size_t k = 0; k < n; ++k)
+                flush_cpu_lines(base + lines[k] * cache_line, cache_line);
+#endif
+        }
+        spin_ns(std::uint64_t{write_ns_} * n);
+    }
+
     /// Store fence: every earlier stream() and flush() of this thread is durable afterwards.
     [[gnu::always_inline]] void fence(persist_ctx& ctx) const {
         thread_counters::add(ctx.counters.fences, 1);

@@ -659,8 +659,7 @@ inline void commit(thread_slot& s) {
         // entry (one persistence round trip per transaction; a locked instruction between a
         // flush and its fence would wait for it like a fence).
         if (!lazy && previous_unfenced)
-            for (std::uint64_t l : s.dirty_lines)
-                st.persist.flush(s.pctx, st.base + l * cache_line, cache_line);
+            st.persist.flush_lines(s.pctx, st.base, s.dirty_lines.data(), s.dirty_lines.size());
         if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
             flush_allocated(s);
 
@@ -896,17 +895,17 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         }
         static detail::thread_slot& take(detail::pool_state& st, detail::thread_slot* preferred,
                                          bool serial) {
-            const std::uintptr_t token = detail::this_thread_registry.token();
+            detail::thread_record& me = detail::this_thread_registry.record();
             if (!serial)
-                return st.enter(preferred, token);
+                return st.enter(preferred, me);
             st.lock_exclusive();
-            return st.enter_serial(preferred, token);
+            return st.enter_serial(preferred, me);
         }
         ~attempt_scope() {
             detail::current_tx = nullptr;
             detail::finish_attempt(s);
             s.serial = false;
-            st.leave(s); // the last access to the slot: another attempt may take it now
+            st.leave(s, detail::this_thread_registry.record()); // the last access to the slot
             if (serial)
                 st.unlock_exclusive();
         }

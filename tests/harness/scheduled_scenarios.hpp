@@ -491,6 +491,25 @@ inline scenario slot_reuse(tlptm::log_mode mode, int n) {
     return s;
 }
 
+/// Three workers on a pool of two slots: a thread holds its slot between its transactions, so
+/// the third takes an idle one from its holder (revoke, heavy fence) or waits for one; the
+/// holder's next transaction then goes to another slot. Each worker commits to its own line
+/// and, every other transaction, to the shared counter (conflicts between the slots' commits
+/// and the thief's).
+inline scenario slot_steal(tlptm::log_mode mode, int n) {
+    scenario s = words3("slot-steal", mode, 3);
+    s.options.max_threads = 2;
+    s.scheduled = [n](tlptm::pool& p, recorder& rec, scheduler& sch) {
+        auto worker = [&, n](int t) {
+            for (int k = 1; k <= n; ++k)
+                own_tx(p, rec, static_cast<std::size_t>(t), static_cast<std::uint64_t>(k),
+                       k % 2 == 0);
+        };
+        sch.run({worker, worker, worker});
+    };
+    return s;
+}
+
 /// Worker 1 calls pool.recover() while worker 0 is bound and committing (recover waits for
 /// running transactions, checkpoints, runs recovery), then, once worker 0 has finished its
 /// first transactions but is still bound, closes the pool and opens it again (the traced

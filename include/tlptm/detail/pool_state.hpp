@@ -52,6 +52,50 @@ namespace tlptm::detail {
 
 struct pool_state;
 
+/// What other threads read of a thread: the holder of a slot is a thread's record. Records
+/// are reused but never freed, so a thread that read a slot's holder may look at the record
+/// even if that thread has exited meanwhile (its flag is then clear, or its new owner's).
+struct alignas(64) thread_record {
+    /// Set while the thread takes a slot it holds for an attempt and until the attempt ends
+    /// (published: a plain store with asymmetric fences). A thread that takes an idle slot from
+    /// its holder reads it after a heavy fence.
+    std::atomic<std::uint32_t> entering{0};
+    thread_record* next_free = nullptr; ///< guarded by the pool of records' mutex
+
+    std::uintptr_t token() const noexcept { return reinterpret_cast<std::uintptr_t>(this); }
+    static thread_record& of(std::uintptr_t token) noexcept {
+        return *reinterpret_cast<thread_record*>(token);
+    }
+
+    /// A record for a new thread (reused, or new).
+    static thread_record& acquire() {
+        std::lock_guard lk(free_mutex());
+        if (thread_record* r = free_list()) {
+            free_list() = r->next_free;
+            return *r;
+        }
+        return *new thread_record; // never freed (see above)
+    }
+    /// Gives back the record of an exiting thread.
+    static void release(thread_record& r) noexcept {
+        r.entering.store(0, std::memory_order_release);
+        std::lock_guard lk(free_mutex());
+        r.next_free = free_list();
+        free_list() = &r;
+    }
+
+private:
+    // Function-local and never destroyed: threads may exit after static destruction began.
+    static std::mutex& free_mutex() noexcept {
+        static auto* m = new std::mutex;
+        return *m;
+    }
+    static thread_record*& free_list() noexcept {
+        static thread_record* head = nullptr;
+        return head;
+    }
+};
+
 /// An orec of the read-set (the version a read saw) or of the locked set (the version it held
 /// before the lock).
 struct orec_ref {
@@ -148,11 +192,12 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// and by I3 (memory freed at ts f is reused only once every running attempt's snapshot is
     /// >= f), both after a heavy fence.
     std::atomic<std::uint64_t> active_since{0};
-    /// The thread that holds the slot between its attempts (thread_registry::token), 0: none.
-    /// The holder's attempts take the slot without a locked instruction (enter).
+    /// The thread that holds the slot between its attempts (its thread_record's token), 0:
+    /// none. Only the holder writes active_since; its attempts take the slot without a locked
+    /// instruction (pool_state::enter_held).
     std::atomic<std::uintptr_t> holder{0};
-    /// Set while another thread takes the slot from its idle holder: the holder's next attempt
-    /// sees it after publishing its mark and goes elsewhere (take_idle_slot).
+    /// Set while another thread takes the slot from its holder: the holder's next attempt sees
+    /// it after publishing `entering` and goes elsewhere (pool_state::take_idle_slot).
     std::atomic<std::uint32_t> revoke{0};
 };
 
@@ -348,8 +393,7 @@ struct pool_state {
         std::sort(lines.begin(), lines.end());
         lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
         guarded([&] {
-            for (std::uint64_t line : lines)
-                persist.flush(ctx, base + line * cache_line, cache_line);
+            persist.flush_lines(ctx, base, lines.data(), lines.size());
             persist.fence(ctx);
         });
         thread_counters::add(ctx.counters.write_back_batches, 1);
@@ -449,59 +493,66 @@ struct pool_state {
     // ---- thread slots: held by threads, one attempt at a time ----------------------------
     //
     // A thread holds a slot (its log ring and transaction descriptor) from one transaction to
-    // the next: `holder` names it, taken once with a compare-and-swap. Each attempt marks the
-    // slot active (active_since != 0) with a plain store (publish), then checks that no
-    // exclusive section runs and no other thread is taking the slot away (revoke): the
-    // Dekker pairs with lock_exclusive and take_idle_slot, whose heavy fences make the mark
-    // visible, so the common attempt issues no locked instruction (a locked instruction would
-    // wait for the previous commit's non-temporal stores and flushes). The mark serves the
-    // exclusive sections, which wait for it to clear, and I3, which needs the attempt's start
-    // time. A thread without a slot takes a free one; when every slot is held it takes an idle
-    // one from its holder, and when every slot is busy it waits.
+    // the next: `holder` names the thread's record, taken once with a compare-and-swap. An
+    // attempt publishes its thread's `entering` flag, checks that it still holds the slot and
+    // that nobody is taking it (revoke), then publishes the slot's mark (active_since) and
+    // checks that no exclusive section runs. Both are plain stores (publish): the Dekker pairs
+    // with take_idle_slot (on `entering` and `revoke`) and with lock_exclusive and I3's scan
+    // (on the mark and `exclusive_flag`) get their barriers from the rare side's heavy fence,
+    // so the common attempt issues no locked instruction (one would wait for the previous
+    // commit's non-temporal stores and flushes). Only the holder writes the slot's mark: a
+    // thread that still thinks it holds a slot taken from it writes only its own record.
+    // A thread without a slot takes a free one; when every slot is held it takes one whose
+    // holder is not entering or running an attempt, and when every slot is busy it waits.
 
-    /// The attempt of `token`'s thread takes `s` if that thread holds it and nobody wants it:
-    /// publishes the mark (clock + 1, a lower bound of the snapshot begin() will take), then
-    /// checks. False (and no mark) otherwise.
-    bool enter_held(thread_slot& s, std::uintptr_t token) noexcept {
-        if (s.holder.load(std::memory_order_relaxed) != token)
+    /// The attempt of `me`'s thread takes `s` if that thread holds it and nobody wants it:
+    /// publishes `entering`, checks the slot, publishes the slot's mark (clock + 1, a lower
+    /// bound of the snapshot begin() will take), checks for an exclusive section. False (and
+    /// neither flag left set) otherwise.
+    bool enter_held(thread_slot& s, thread_record& me) noexcept {
+        if (s.holder.load(std::memory_order_relaxed) != me.token())
             return false;
-        // I3: the mark may be read before begin() takes the snapshot; clock + 1 is at most
-        // snapshot + 1. (Reading the clock first only makes the bound lower.)
-        publish(s.active_since, clock.load(std::memory_order_acquire) + 1);
-        if (exclusive_flag.load(std::memory_order_seq_cst) == 0 &&
-            s.revoke.load(std::memory_order_seq_cst) == 0 &&
-            s.holder.load(std::memory_order_seq_cst) == token)
-            return true;
-        s.active_since.store(0, std::memory_order_release);
+        sched(sched_point::slot, &s); // a thief may take the slot before `entering` is set
+        publish(me.entering, std::uint32_t{1});
+        if (mutated(mutation::no_revoke_check) || // the bug this check prevents, for the harness
+            (s.revoke.load(std::memory_order_seq_cst) == 0 &&
+             s.holder.load(std::memory_order_seq_cst) == me.token())) {
+            // Ours until leave(): no thief takes a slot whose holder is entering. I3: the mark
+            // may be read before begin() takes the snapshot; clock + 1 is at most snapshot + 1
+            // (reading the clock first only makes the bound lower).
+            publish(s.active_since, clock.load(std::memory_order_acquire) + 1);
+            if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
+                return true;
+            s.active_since.store(0, std::memory_order_release);
+        }
+        me.entering.store(0, std::memory_order_release);
         return false;
     }
 
-    /// Takes a slot for a transaction attempt of `token`'s thread, `preferred` (the slot it
-    /// held last) first, waiting while an exclusive section runs or while every slot is busy.
-    [[gnu::always_inline]] thread_slot& enter(thread_slot* preferred,
-                                              std::uintptr_t token) noexcept {
+    /// Takes a slot for a transaction attempt of `me`'s thread, `preferred` (the slot it held
+    /// last) first, waiting while an exclusive section runs or while every slot is busy.
+    [[gnu::always_inline]] thread_slot& enter(thread_slot* preferred, thread_record& me) noexcept {
         sched(sched_point::slot, preferred);
-        if (preferred && enter_held(*preferred, token)) [[likely]]
+        if (preferred && enter_held(*preferred, me)) [[likely]]
             return *preferred;
-        return enter_slow(preferred, token);
+        return enter_slow(preferred, me);
     }
 
     /// enter() when the thread's slot cannot be taken at once.
-    [[gnu::noinline]] thread_slot& enter_slow(thread_slot* preferred,
-                                              std::uintptr_t token) noexcept {
+    [[gnu::noinline]] thread_slot& enter_slow(thread_slot* preferred, thread_record& me) noexcept {
         for (unsigned spins = 0;; ++spins) {
             while (exclusive_flag.load(std::memory_order_acquire) != 0) {
                 sched(sched_point::spin, &exclusive_flag);
                 cpu_relax();
             }
             thread_slot* s = nullptr;
-            if (preferred && preferred->holder.load(std::memory_order_relaxed) == token)
+            if (preferred && preferred->holder.load(std::memory_order_relaxed) == me.token())
                 s = preferred; // held, but an exclusive section or a thief was in the way
             else
-                s = take_free_slot(token);
+                s = take_free_slot(me);
             if (!s)
-                s = take_idle_slot(token);
-            if (s && enter_held(*s, token))
+                s = take_idle_slot(me);
+            if (s && enter_held(*s, me))
                 return *s;
             sched(sched_point::spin, preferred); // every slot is busy
             if (spins < 64)
@@ -513,58 +564,70 @@ struct pool_state {
         }
     }
 
-    /// Makes `token`'s thread the holder of a slot that nobody holds; nullptr if none.
-    thread_slot* take_free_slot(std::uintptr_t token) noexcept {
+    /// Makes `me`'s thread the holder of a slot that nobody holds; nullptr if none.
+    thread_slot* take_free_slot(thread_record& me) noexcept {
         for (auto& s : slots) {
             std::uintptr_t expect = 0;
             if (s->holder.load(std::memory_order_relaxed) == 0 &&
-                s->holder.compare_exchange_strong(expect, token, std::memory_order_seq_cst))
+                s->holder.compare_exchange_strong(expect, me.token(), std::memory_order_seq_cst))
                 return s.get();
         }
         return nullptr;
     }
 
-    /// Takes a slot whose holder runs no attempt in it (more threads than slots): sets
-    /// `revoke`, so that the holder's next attempt goes elsewhere, and after a heavy fence
-    /// checks that the holder's mark is clear. nullptr if every slot is busy.
-    thread_slot* take_idle_slot(std::uintptr_t token) noexcept {
+    /// Takes a slot from a holder that is not entering or running an attempt in it (more
+    /// threads than slots): sets `revoke`, so that the holder's next attempt goes elsewhere,
+    /// and after a heavy fence checks the holder's `entering` flag (its record outlives it).
+    /// nullptr if every slot is busy.
+    thread_slot* take_idle_slot(thread_record& me) noexcept {
         for (auto& s : slots) {
             if (s->active_since.load(std::memory_order_relaxed) != 0 ||
                 s->revoke.exchange(1, std::memory_order_seq_cst) != 0)
                 continue;
-            heavy_fence(); // the holder's mark is visible now, or it will see revoke
-            bool idle = s->active_since.load(std::memory_order_seq_cst) == 0;
-            if (idle)
-                s->holder.store(token, std::memory_order_seq_cst);
+            sched(sched_point::slot, s.get());
+            heavy_fence(); // the holder's `entering` is visible now, or it will see revoke
+            std::uintptr_t h = s->holder.load(std::memory_order_seq_cst);
+            bool taken = false;
+            if (h != me.token() &&
+                (h == 0 || !thread_record::of(h).entering.load(std::memory_order_seq_cst)))
+                taken = s->holder.compare_exchange_strong(h, me.token(), std::memory_order_seq_cst);
             s->revoke.store(0, std::memory_order_release);
-            if (idle)
+            if (taken)
                 return s.get();
         }
         return nullptr;
     }
 
-    /// `token`'s thread gives up `s` (it exits, or leaves the pool).
-    void release_slot(thread_slot& s, std::uintptr_t token) noexcept {
-        std::uintptr_t expect = token;
+    /// `me`'s thread gives up `s` (it exits, or leaves the pool).
+    void release_slot(thread_slot& s, thread_record& me) noexcept {
+        std::uintptr_t expect = me.token();
         s.holder.compare_exchange_strong(expect, 0, std::memory_order_seq_cst);
     }
 
     /// Ends the attempt: its last access to the slot (release: the next attempt in the slot,
     /// of any thread, sees the descriptor as this one left it).
-    void leave(thread_slot& s) noexcept { s.active_since.store(0, std::memory_order_release); }
+    void leave(thread_slot& s, thread_record& me) noexcept {
+        s.active_since.store(0, std::memory_order_release);
+        me.entering.store(0, std::memory_order_release);
+    }
 
     /// Takes a slot for a serial attempt; the caller holds the exclusive section, so no
-    /// attempt runs. The thread's own slot if it holds one, else a free one, else any, taken
+    /// attempt runs. The thread's own slot if it holds one, else a free one, else one taken
     /// from its holder (which cannot start an attempt before the section ends).
-    thread_slot& enter_serial(thread_slot* preferred, std::uintptr_t token) noexcept {
-        thread_slot* p = preferred && preferred->holder.load(std::memory_order_relaxed) == token
-                             ? preferred
-                             : take_free_slot(token);
-        if (!p) { // every slot is held: take one from its holder (idle, as every thread is)
-            p = slots.front().get();
-            p->holder.store(token, std::memory_order_seq_cst);
+    thread_slot& enter_serial(thread_slot* preferred, thread_record& me) noexcept {
+        thread_slot* p =
+            preferred && preferred->holder.load(std::memory_order_relaxed) == me.token()
+                ? preferred
+                : take_free_slot(me);
+        while (!p) { // a holder may be in enter_held for a moment: it backs off
+            p = take_idle_slot(me);
+            if (!p) {
+                sched(sched_point::spin, &exclusive_flag);
+                cpu_relax();
+            }
         }
         thread_slot& s = *p;
+        me.entering.store(1, std::memory_order_seq_cst);
         // Its snapshot (begin) covers every commit so far, so no pending free waits for it.
         s.active_since.store(advance_clock(newest_commit()) + 1, std::memory_order_seq_cst);
         return s;
@@ -631,25 +694,31 @@ struct pool_state {
     /// hold CT back until the next checkpoint, and gives the slot up. The slot is entered for
     /// that (its context is touched only by the attempt that runs in it); if that is not
     /// possible (an exclusive section, a thief), a later checkpoint settles it instead.
-    void settle_on_exit(thread_slot& s, std::uintptr_t token) noexcept {
+    void settle_on_exit(thread_slot& s, thread_record& me) noexcept {
         sched(sched_point::slot, &s);
         // While the thread holds the slot, nobody else settles it on its behalf but a
         // checkpoint: wait out an exclusive section (or a thief) rather than leave it behind.
         while (s.unapplied_ts.load(std::memory_order_acquire) != 0 &&
-               s.holder.load(std::memory_order_relaxed) == token) {
-            if (enter_held(s, token)) {
+               s.holder.load(std::memory_order_relaxed) == me.token()) {
+            while (exclusive_flag.load(std::memory_order_acquire) != 0) {
+                // Its mark, published and withdrawn again and again, would hold the section
+                // back: wait for the section to end.
+                sched(sched_point::spin, &exclusive_flag);
+                std::this_thread::yield();
+            }
+            if (enter_held(s, me)) {
                 try {
                     settle(s, s.pctx);
                 } catch (...) {
                     // settle poisoned the pool; a poisoned pool never advances CT again.
                 }
-                leave(s);
+                leave(s, me);
                 break;
             }
             sched(sched_point::spin, &s);
             std::this_thread::yield();
         }
-        release_slot(s, token);
+        release_slot(s, me);
     }
 
     /// Starts a new generation of the slot's ring at offset 0. Every entry of the old
@@ -723,14 +792,20 @@ struct thread_registry {
     thread_registry& operator=(const thread_registry&) = delete;
 
     ~thread_registry() {
+        if (!record_)
+            return;
         for (auto& b : bindings)
             if (auto p = b.pool.lock())
-                p->settle_on_exit(*b.slot, token());
+                p->settle_on_exit(*b.slot, *record_);
+        thread_record::release(*record_);
     }
 
-    /// What names the thread as a slot's holder (thread_slot::holder): unique among live
-    /// threads, never 0.
-    std::uintptr_t token() const noexcept { return reinterpret_cast<std::uintptr_t>(this); }
+    /// The thread's record (the holder of its slots), made on first use.
+    thread_record& record() {
+        if (!record_) [[unlikely]]
+            record_ = &thread_record::acquire();
+        return *record_;
+    }
 
     /// The slot the calling thread's next transaction on `pool` tries first (the one it holds,
     /// or one to try: transactions take slots, see pool_state::enter).
@@ -773,6 +848,7 @@ struct thread_registry {
     }
 
 private:
+    thread_record* record_ = nullptr;
     /// The binding used last (pool ids are never reused, and never 0).
     std::uint64_t last_pool_id_ = 0;
     thread_slot* last_slot_ = nullptr;

@@ -39,6 +39,7 @@ enum class mutation : std::uint8_t {
     aalo_not_covered,  ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
     late_in_flight,    ///< a commit publishes in_flight after its F1, not before taking ts (I2)
     no_heavy_fence,    ///< the rare side of an asymmetric fence skips its barrier
+    no_revoke_check,   ///< an attempt takes its held slot without checking for a thief
 };
 
 #if defined(TLPTM_SCHED_HOOKS)

@@ -37,7 +37,7 @@ public:
 
     /// True if the set may hold the word at `offset` (false: it surely does not).
     bool may_hold(std::uint64_t offset) const noexcept {
-        return (filter_ & filter_bit(offset)) != 0;
+        return filter_ != 0 && (filter_ & filter_bit(offset)) != 0;
     }
 
     /// Appends a whole-word store to the word at `offset` (8-aligned) if the set is sorted and
