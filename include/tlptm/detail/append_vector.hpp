@@ -74,6 +74,14 @@ public:
         if (n > capacity())
             grow(n);
     }
+    /// Appends n elements left unwritten and returns the first (the caller writes them all).
+    T* append(std::size_t n) {
+        if (static_cast<std::size_t>(cap_ - end_) < n)
+            grow(size() + n);
+        T* first = end_;
+        end_ += n;
+        return first;
+    }
     /// Keeps the first n elements (n <= size()).
     void truncate(std::size_t n) noexcept { end_ = begin_ + n; }
 

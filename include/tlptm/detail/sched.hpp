@@ -34,12 +34,13 @@ enum class sched_point : std::uint8_t {
 /// rules the persistence trace alone cannot break). Compiled out without TLPTM_SCHED_HOOKS.
 enum class mutation : std::uint8_t {
     none,
-    volatile_ct,       ///< CT decisions read the header word instead of the durable CT (I2)
-    no_commit_cleanup, ///< a commit whose persistence fails leaves locks and in_flight behind
-    aalo_not_covered,  ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
-    late_in_flight,    ///< a commit publishes in_flight after its F1, not before taking ts (I2)
-    no_heavy_fence,    ///< the rare side of an asymmetric fence skips its barrier
-    no_revoke_check,   ///< an attempt takes its held slot without checking for a thief
+    volatile_ct,        ///< CT decisions read the header word instead of the durable CT (I2)
+    no_commit_cleanup,  ///< a commit whose persistence fails leaves locks and in_flight behind
+    aalo_not_covered,   ///< allocated blocks get neither F0 nor a CRC in the entry (I4)
+    late_in_flight,     ///< a commit publishes in_flight after its F1, not before taking ts (I2)
+    no_heavy_fence,     ///< the rare side of an asymmetric fence skips its barrier
+    no_revoke_check,    ///< an attempt takes its held slot without checking for a thief
+    carried_as_flushed, ///< eager: a line left to the next write-back counts as durable (I2)
 };
 
 #if defined(TLPTM_SCHED_HOOKS)

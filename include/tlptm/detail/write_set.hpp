@@ -89,16 +89,16 @@ public:
             return;
         }
         const std::size_t first = entries_.size();
-        if (entries_.capacity() < first + n)
-            entries_.reserve(std::max(first + n, 2 * entries_.capacity()));
+        entry* out = entries_.append(n);
         std::uint64_t bits = 0;
         for (std::size_t k = 0; k < n; ++k) {
             std::uint64_t v;
             std::memcpy(&v, src + 8 * k, 8);
-            entries_.push_back(entry{offset + 8 * k, v, ~std::uint64_t{0}});
-            bits |= filter_bit(offset + 8 * k);
+            out[k] = entry{offset + 8 * k, v, ~std::uint64_t{0}};
+            if (k < 64) // 64 words set most bits of the filter already
+                bits |= filter_bit(offset + 8 * k);
         }
-        filter_ |= bits;
+        filter_ |= n > 64 ? ~std::uint64_t{0} : bits;
         top_ = offset + 8 * (n - 1);
         if (!sorted_ && entries_.size() > linear_limit)
             index_from(first);
