@@ -205,20 +205,28 @@ encode_compressed_records(std::uint8_t* out, std::span<const log_record> records
             ++i;
             continue;
         }
-        bool ptr = ptrs.contains(r.value);
+        // The pointer range in locals: the byte stores below may alias anything in memory.
+        const std::uint64_t base = ptrs.base, span = base == 0 ? 0 : ptrs.size;
+        const bool ptr = r.value - base < span;
         std::size_t j = i + 1; // extend the run over adjacent full words of the same kind
-        while (j < n && records[j].offset == records[j - 1].offset + 8 && records[j].mask == full &&
-               ptrs.contains(records[j].value) == ptr)
-            ++j;
+        for (std::uint64_t next = r.offset + 8;
+             j < n && records[j].offset == next && records[j].mask == full &&
+             (records[j].value - base < span) == ptr;
+             ++j, next += 8) {
+        }
         std::size_t count = j - i;
         std::uint64_t flags = (ptr ? 4u : 0u) | (count > 1 ? 1u : 0u);
         p += codec::put_varint(p, gap << 3 | flags);
         if (count > 1)
             p += codec::put_varint(p, count - 2);
-        for (std::size_t k = i; k < j; ++k)
-            p += codec::put_varint(
-                p, ptr ? records[k].value - ptrs.base
-                       : codec::zigzag_encode(static_cast<std::int64_t>(records[k].value)));
+        if (ptr) {
+            for (std::size_t k = i; k < j; ++k)
+                p += codec::put_varint(p, records[k].value - base);
+        } else {
+            for (std::size_t k = i; k < j; ++k)
+                p += codec::put_varint(
+                    p, codec::zigzag_encode(static_cast<std::int64_t>(records[k].value)));
+        }
         expect = records[j - 1].offset + 8;
         i = j;
     }

@@ -722,18 +722,20 @@ inline void commit(thread_slot& s) {
         // image may hold any subset of them), then unlock.
         std::uint64_t data_bytes = 0;
         std::uint64_t line = ~std::uint64_t{0};
+        const bool traced = st.persist.traced();
         for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
             std::uint64_t* w = st.word_at(r.offset);
-            std::uint64_t v = r.mask == ~std::uint64_t{0}
-                                  ? r.value
-                                  : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
+            std::uint64_t v = r.value;
+            if (r.mask == ~std::uint64_t{0}) {
+                data_bytes += 8; // full words need no bit count (a library call without POPCNT)
+            } else {
+                v = (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
+                data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+            }
             // Release: a reader that sees the new value also sees the orec locked (I6).
             __atomic_store_n(w, v, __ATOMIC_RELEASE);
-            st.persist.stored(w, 8);
-            // Full words need no bit count (which without POPCNT is a library call).
-            data_bytes += r.mask == ~std::uint64_t{0}
-                              ? 8
-                              : static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+            if (traced)
+                st.persist.stored(w, 8);
             if (r.offset / cache_line != line) {
                 line = r.offset / cache_line;
                 s.dirty_lines.push_back(line);

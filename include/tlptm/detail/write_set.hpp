@@ -95,10 +95,16 @@ public:
             std::uint64_t v;
             std::memcpy(&v, src + 8 * k, 8);
             out[k] = entry{offset + 8 * k, v, ~std::uint64_t{0}};
-            if (k < 64) // 64 words set most bits of the filter already
-                bits |= filter_bit(offset + 8 * k);
         }
-        filter_ |= n > 64 ? ~std::uint64_t{0} : bits;
+        // A value of 8 words or more saturates the filter (reads then look the set up) rather
+        // than hashing every word.
+        if (n < 8) {
+            for (std::size_t k = 0; k < n; ++k)
+                bits |= filter_bit(offset + 8 * k);
+            filter_ |= bits;
+        } else {
+            filter_ = ~std::uint64_t{0};
+        }
         top_ = offset + 8 * (n - 1);
         if (!sorted_ && entries_.size() > linear_limit)
             index_from(first);
