@@ -289,26 +289,25 @@ TEST_CASE("write_set merges masked stores and finds words past the linear limit"
     ws.put(8, 0x0000000000BB0000ull, 0x0000000000FF0000ull);
     ws.put(8, 0x00000000000000CCull, 0x00000000000000FFull);
     REQUIRE(ws.size() == 1);
-    const auto* e = ws.find(8);
-    REQUIRE(e != nullptr);
-    CHECK(e->value == 0x0000000000BB00CCull);
-    CHECK(e->mask == 0x0000000000FF00FFull);
-    CHECK(ws.find(16) == nullptr);
+    tlptm::detail::write_set::word e{};
+    REQUIRE(ws.find(8, e));
+    CHECK(e.value == 0x0000000000BB00CCull);
+    CHECK(e.mask == 0x0000000000FF00FFull);
+    CHECK_FALSE(ws.find(16, e));
     for (std::uint64_t i = 0; i < 1000; ++i)
         ws.put(1024 + 8 * i, i, ~std::uint64_t{0});
+    CHECK(ws.runs().size() == 2); // the partial word, and one run of 1000 words
     for (std::uint64_t i = 0; i < 1000; ++i) {
-        const auto* f = ws.find(1024 + 8 * i);
-        REQUIRE(f != nullptr);
-        CHECK(f->value == i);
+        REQUIRE(ws.find(1024 + 8 * i, e));
+        CHECK(e.value == i);
     }
-    CHECK(ws.find(1024 + 8 * 1000) == nullptr);
+    CHECK_FALSE(ws.find(1024 + 8 * 1000, e));
     ws.sort_for_commit();
-    CHECK(std::is_sorted(
-        ws.entries().begin(), ws.entries().end(),
-        [](const log_record& a, const log_record& b) { return a.offset < b.offset; }));
+    CHECK(std::is_sorted(ws.runs().begin(), ws.runs().end(),
+                         [](const auto& a, const auto& b) { return a.offset < b.offset; }));
     ws.clear();
     CHECK(ws.empty());
-    CHECK(ws.find(8) == nullptr);
+    CHECK_FALSE(ws.find(8, e));
 }
 
 TEST_CASE("write_set agrees with a plain map over mixed ascending, bulk and random stores") {
@@ -357,22 +356,42 @@ TEST_CASE("write_set agrees with a plain map over mixed ascending, bulk and rand
         }
         REQUIRE(ws.size() == want.size());
         for (std::uint64_t off = 0; off <= top + 16; off += 8) {
-            const auto* e = ws.find(off);
+            tlptm::detail::write_set::word e{};
+            const bool found = ws.find(off, e);
             auto it = want.find(off);
-            REQUIRE((e != nullptr) == (it != want.end()));
-            if (e) {
-                CHECK(e->value == (it->second.first & it->second.second));
-                CHECK(e->mask == it->second.second);
+            REQUIRE(found == (it != want.end()));
+            if (found) {
+                CHECK(e.value == (it->second.first & it->second.second));
+                CHECK(e.mask == it->second.second);
             }
+        }
+        // Encoded from its runs, the set gives the bytes of its words encoded one by one.
+        std::vector<log_record> sorted;
+        for (const auto& [off, vm] : want)
+            sorted.push_back(log_record{off, vm.first & vm.second, vm.second});
+        tlptm::detail::append_vector<tlptm::detail::write_set::run> runs;
+        ws.sorted_runs(runs);
+        for (const auto fmt : {entry_format::compressed, entry_format::baseline}) {
+            entry_builder from_runs, from_words;
+            const tlptm::detail::pointer_range ptrs{0x10000, 0x100000};
+            const std::size_t n1 = from_runs.encode_words(fmt, ws.words(runs), ws.size(), ptrs);
+            const std::size_t n2 = from_words.encode(fmt, sorted, ptrs);
+            REQUIRE(n1 == n2);
+            auto a = from_runs.seal(9, 1, 2);
+            auto b = from_words.seal(9, 1, 2);
+            CHECK(std::vector<std::uint8_t>(a.begin(), a.end()) ==
+                  std::vector<std::uint8_t>(b.begin(), b.end()));
         }
         ws.sort_for_commit();
         REQUIRE(ws.size() == want.size());
         auto it = want.begin();
-        for (const log_record& r : ws.entries()) {
-            CHECK(r.offset == it->first);
-            CHECK(r.mask == it->second.second);
+        ws.for_each_word([&](std::uint64_t off, std::uint64_t v, std::uint64_t m) {
+            CHECK(off == it->first);
+            CHECK(m == it->second.second);
+            CHECK(v == (it->second.first & it->second.second));
             ++it;
-        }
+        });
+        CHECK(it == want.end());
     }
 }
 

@@ -176,61 +176,73 @@ struct pointer_range {
     bool contains(std::uint64_t v) const noexcept { return base != 0 && v - base < size; }
 };
 
-/// Encodes sorted `records` as compressed records at `out`, which must have room for
-/// compressed_bound(records.size()) bytes. Returns the bytes written.
-[[gnu::always_inline]] inline std::size_t
-encode_compressed_records(std::uint8_t* out, std::span<const log_record> records,
-                          pointer_range ptrs) noexcept {
+/// The logged words of a record array, in order, for the encoders (a cursor: the write-set
+/// has one over its runs).
+struct record_cursor {
+    const log_record* p;
+    const log_record* end;
+    bool done() const noexcept { return p == end; }
+    std::uint64_t offset() const noexcept { return p->offset; }
+    std::uint64_t value() const noexcept { return p->value; }
+    std::uint64_t mask() const noexcept { return p->mask; }
+    void next() noexcept { ++p; }
+};
+
+/// Encodes the words of cursor `c` (ascending offsets) as compressed records at `out`, which
+/// must have room for compressed_bound(words) bytes. Returns the bytes written.
+template <class Cursor>
+[[gnu::always_inline]] inline std::size_t encode_compressed(std::uint8_t* out, Cursor c,
+                                                            pointer_range ptrs) noexcept {
     constexpr std::uint64_t full = ~std::uint64_t{0};
+    // The pointer range in locals: the byte stores below may alias anything in memory.
+    const std::uint64_t base = ptrs.base, span = base == 0 ? 0 : ptrs.size;
     std::uint8_t* p = out;
     std::uint64_t expect = 0; // offset just past the previous record
-    std::size_t i = 0, n = records.size();
-    if (n == 1 && records[0].mask == full) { // one whole word (an update of a counter, a link)
-        const log_record& r = records[0];
-        const bool ptr = ptrs.contains(r.value);
-        p += codec::put_varint(p, r.offset / 8 << 3 | (ptr ? 4u : 0u));
-        p += codec::put_varint(p, ptr ? r.value - ptrs.base
-                                      : codec::zigzag_encode(static_cast<std::int64_t>(r.value)));
-        return static_cast<std::size_t>(p - out);
-    }
-    while (i < n) {
-        const log_record& r = records[i];
-        std::uint64_t gap = (r.offset - expect) / 8;
-        if (r.mask != full) {
-            std::uint8_t be = byte_enables(r.mask);
+    while (!c.done()) {
+        const std::uint64_t off = c.offset(), v = c.value(), m = c.mask();
+        const std::uint64_t gap = (off - expect) / 8;
+        if (m != full) {
+            std::uint8_t be = byte_enables(m);
             p += codec::put_varint(p, gap << 3 | 2);
             *p++ = be;
-            p += codec::put_varint(p, gather_bytes(r.value, be));
-            expect = r.offset + 8;
-            ++i;
+            p += codec::put_varint(p, gather_bytes(v, be));
+            expect = off + 8;
+            c.next();
             continue;
         }
-        // The pointer range in locals: the byte stores below may alias anything in memory.
-        const std::uint64_t base = ptrs.base, span = base == 0 ? 0 : ptrs.size;
-        const bool ptr = r.value - base < span;
-        std::size_t j = i + 1; // extend the run over adjacent full words of the same kind
-        for (std::uint64_t next = r.offset + 8;
-             j < n && records[j].offset == next && records[j].mask == full &&
-             (records[j].value - base < span) == ptr;
-             ++j, next += 8) {
-        }
-        std::size_t count = j - i;
-        std::uint64_t flags = (ptr ? 4u : 0u) | (count > 1 ? 1u : 0u);
+        // Extend the record over adjacent full words of the same kind.
+        const bool ptr = v - base < span;
+        Cursor e = c;
+        e.next();
+        std::size_t count = 1;
+        std::uint64_t next = off + 8;
+        for (; !e.done() && e.offset() == next && e.mask() == full &&
+               (e.value() - base < span) == ptr;
+             e.next(), next += 8)
+            ++count;
+        const std::uint64_t flags = (ptr ? 4u : 0u) | (count > 1 ? 1u : 0u);
         p += codec::put_varint(p, gap << 3 | flags);
         if (count > 1)
             p += codec::put_varint(p, count - 2);
         if (ptr) {
-            for (std::size_t k = i; k < j; ++k)
-                p += codec::put_varint(p, records[k].value - base);
+            for (std::size_t k = 0; k < count; ++k, c.next())
+                p += codec::put_varint(p, c.value() - base);
         } else {
-            for (std::size_t k = i; k < j; ++k)
-                p += codec::put_varint(
-                    p, codec::zigzag_encode(static_cast<std::int64_t>(records[k].value)));
+            for (std::size_t k = 0; k < count; ++k, c.next())
+                p += codec::put_varint(p,
+                                       codec::zigzag_encode(static_cast<std::int64_t>(c.value())));
         }
-        expect = records[j - 1].offset + 8;
-        i = j;
+        expect = next;
     }
     return static_cast<std::size_t>(p - out);
+}
+
+/// Encodes sorted `records` as compressed records at `out`, which must have room for
+/// compressed_bound(records.size()) bytes. Returns the bytes written.
+inline std::size_t encode_compressed_records(std::uint8_t* out, std::span<const log_record> records,
+                                             pointer_range ptrs) noexcept {
+    return encode_compressed(out, record_cursor{records.data(), records.data() + records.size()},
+                             ptrs);
 }
 
 /// Most bytes one record can take in encode_compressed_records' output.
@@ -319,18 +331,25 @@ public:
     /// of the entry's size. `covered` (sorted by offset, disjoint, each non-empty): ranges of
     /// blocks whose contents must match `covered_crc` for the entry to count as committed when
     /// it is its ring's last (see covered_blocks_crc); empty: none.
+    std::size_t encode(entry_format format, std::span<const log_record> records, pointer_range ptrs,
+                       std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
+        return encode_words(format, record_cursor{records.data(), records.data() + records.size()},
+                            records.size(), ptrs, covered, covered_crc);
+    }
+
+    /// encode() of the `words` words of cursor `c` (ascending offsets).
+    template <class Cursor>
     [[gnu::always_inline]] std::size_t
-    encode(entry_format format, std::span<const log_record> records, pointer_range ptrs,
-           std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
+    encode_words(entry_format format, Cursor c, std::size_t words, pointer_range ptrs,
+                 std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
         format_ = format;
         covers_ = !covered.empty();
         payload_at_ = word_slack + (format == entry_format::baseline ? baseline_header_bytes
                                                                      : max_compressed_header_bytes);
         std::size_t section_bound =
             covers_ ? 9 + covered.size() * 18 + 4 + codec::put_varint_writable_bytes : 0;
-        std::size_t records_bound = format == entry_format::baseline
-                                        ? 24 * records.size()
-                                        : compressed_bound(records.size());
+        std::size_t records_bound =
+            format == entry_format::baseline ? 24 * words : compressed_bound(words);
         // The buffer only grows: its bytes need no initialisation (every byte of an entry is
         // written before it is used).
         if (const std::size_t need = payload_at_ + section_bound + records_bound + word_slack;
@@ -349,14 +368,13 @@ public:
             p += 4;
         }
         if (format == entry_format::baseline) {
-            for (const log_record& r : records) {
-                store_u64(p, r.offset);
-                store_u64(p + 8, r.value);
-                store_u64(p + 16, r.mask);
-                p += 24;
+            for (; !c.done(); c.next(), p += 24) {
+                store_u64(p, c.offset());
+                store_u64(p + 8, c.value());
+                store_u64(p + 16, c.mask());
             }
         } else {
-            p += encode_compressed_records(p, records, ptrs);
+            p += encode_compressed(p, c, ptrs);
         }
         payload_ = static_cast<std::size_t>(p - (buf_.data() + payload_at_));
         return payload_at_ - word_slack + payload_;

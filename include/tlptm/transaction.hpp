@@ -196,21 +196,22 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
         const std::uint64_t stop = std::min(end, (pos | (granule_bytes - 1)) + 1);
         const std::size_t words = static_cast<std::size_t>((stop - first + 7) / 8);
         std::uint64_t buf[granule_bytes / 8];
-        const write_set::entry* own[granule_bytes / 8] = {};
+        write_set::word own[granule_bytes / 8];
+        bool has[granule_bytes / 8] = {};
         bool need_pool = true;
         if (!s.writes.empty()) { // own writes: whole words need no look at the pool
             need_pool = false;
             for (std::size_t k = 0; k < words; ++k) {
-                own[k] = s.writes.find(first + 8 * k);
-                if (!own[k] || own[k]->mask != ~std::uint64_t{0})
+                has[k] = s.writes.find(first + 8 * k, own[k]);
+                if (!has[k] || own[k].mask != ~std::uint64_t{0})
                     need_pool = true;
             }
         }
         if (need_pool)
             read_granule(s, first, words, reinterpret_cast<std::uint8_t*>(buf));
         for (std::size_t k = 0; k < words; ++k)
-            if (own[k])
-                buf[k] = (need_pool ? buf[k] & ~own[k]->mask : 0) | (own[k]->value & own[k]->mask);
+            if (has[k])
+                buf[k] = (need_pool ? buf[k] & ~own[k].mask : 0) | (own[k].value & own[k].mask);
         const std::size_t take = static_cast<std::size_t>(stop - pos);
         std::memcpy(out, reinterpret_cast<const std::uint8_t*>(buf) + (pos - first), take);
         out += take;
@@ -241,13 +242,11 @@ inline void plain_read(void* dst, const void* src, std::size_t n) noexcept {
 /// once the words added since could have filled the rest of the ring.
 /// @throw log_overflow the entry no longer fits
 inline void check_entry_size(thread_slot& s) {
-    auto& scratch = s.size_check_records;
-    scratch.assign(s.writes.entries().begin(), s.writes.entries().end());
-    std::sort(scratch.begin(), scratch.end(),
-              [](const log_record& a, const log_record& b) { return a.offset < b.offset; });
-    std::size_t bound =
-        s.entry.encode(compresses(s.pool->mode) ? entry_format::compressed : entry_format::baseline,
-                       scratch, s.pool->pointers());
+    auto& scratch = s.size_check_runs;
+    s.writes.sorted_runs(scratch);
+    std::size_t bound = s.entry.encode_words(
+        compresses(s.pool->mode) ? entry_format::compressed : entry_format::baseline,
+        s.writes.words(scratch), s.writes.size(), s.pool->pointers());
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // No word adds more than a record's largest encoding: until the room left is used up at
@@ -255,7 +254,7 @@ inline void check_entry_size(thread_slot& s) {
     // fills the ring, about log(capacity) of them in all.
     std::size_t per_word = compresses(s.pool->mode) ? compressed_bound_per_record : 24;
     s.overflow_check_at =
-        scratch.size() + std::max<std::size_t>(1, (s.ring.capacity() - bound) / per_word);
+        s.writes.size() + std::max<std::size_t>(1, (s.ring.capacity() - bound) / per_word);
 }
 
 /// Buffers a store of n bytes from src to dst in the write-set, wherever dst is in the pool
@@ -403,6 +402,43 @@ private:
     thread_slot& s_;
 };
 
+/// Step 5's stores: writes the write-set's words back in place, run by run (release stores: a
+/// reader that sees a new value also sees its orec locked, I6), each word announced to a
+/// tracing policy (a crash image may hold any subset of them). Appends the lines written to
+/// `lines` (if given; the runs are sorted, so equal lines are adjacent). Returns the bytes.
+[[gnu::always_inline]] inline std::uint64_t write_back_words(thread_slot& s,
+                                                             append_vector<std::uint64_t>* lines) {
+    const pool_state& st = *s.pool;
+    const bool traced = st.persist.traced();
+    const std::uint64_t* values = s.writes.values();
+    std::uint64_t bytes = 0, last_line = ~std::uint64_t{0};
+    for (const write_set::run& r : s.writes.runs()) {
+        std::uint64_t* w = st.word_at(r.offset);
+        const std::uint64_t* v = values + r.first;
+        if (r.mask == write_set::full) {
+            for (std::uint32_t k = 0; k < r.words; ++k) {
+                __atomic_store_n(w + k, v[k], __ATOMIC_RELEASE);
+                if (traced)
+                    st.persist.stored(w + k, 8);
+            }
+            bytes += 8 * std::uint64_t{r.words};
+        } else { // one partial word: its other bytes keep their values
+            __atomic_store_n(w, (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | v[0],
+                             __ATOMIC_RELEASE);
+            if (traced)
+                st.persist.stored(w, 8);
+            bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
+        }
+        if (lines)
+            for (std::uint64_t l = r.offset / cache_line; l <= (r.end() - 1) / cache_line; ++l)
+                if (l != last_line) {
+                    lines->push_back(l);
+                    last_line = l;
+                }
+    }
+    return bytes;
+}
+
 /// Releases the orecs locked by a failed commit, restoring their versions.
 inline void release_locks(thread_slot& s) noexcept {
     for (auto [idx, old] : s.locks)
@@ -416,32 +452,35 @@ inline void release_locks(thread_slot& s) noexcept {
     orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
     std::uint64_t previous = ~std::uint64_t{0};
-    for (const log_record& r : s.writes.entries()) {
-        if (r.offset >> orec_table::granule_log2 == previous)
-            continue; // the words of a granule are adjacent in the sorted set
-        previous = r.offset >> orec_table::granule_log2;
-        const std::uint32_t idx = orecs.index(r.offset);
-        std::atomic<std::uint64_t>& orec = orecs[idx];
-        sched(sched_point::orec_lock, &orec);
-        for (unsigned spins = 0;;) {
-            std::uint64_t o = orec.load(std::memory_order_acquire);
-            if (o == mine)
-                break; // two words of the set share an orec
-            if (orec_table::locked(o)) {
-                if (++spins > 512) {
-                    release_locks(s);
-                    conflict(s);
+    for (const write_set::run& r : s.writes.runs())
+        for (std::uint64_t g = r.offset >> orec_table::granule_log2,
+                           last = (r.end() - 1) >> orec_table::granule_log2;
+             g <= last; ++g) {
+            if (g == previous)
+                continue; // the runs are sorted: a granule shared with the run before
+            previous = g;
+            const std::uint32_t idx = orecs.index(g << orec_table::granule_log2);
+            std::atomic<std::uint64_t>& orec = orecs[idx];
+            sched(sched_point::orec_lock, &orec);
+            for (unsigned spins = 0;;) {
+                std::uint64_t o = orec.load(std::memory_order_acquire);
+                if (o == mine)
+                    break; // two words of the set share an orec
+                if (orec_table::locked(o)) {
+                    if (++spins > 512) {
+                        release_locks(s);
+                        conflict(s);
+                    }
+                    cpu_relax();
+                    continue;
                 }
-                cpu_relax();
-                continue;
-            }
-            // seq_cst: the commit's read of the clock comes after its locks (extend_snapshot).
-            if (orec.compare_exchange_weak(o, mine, std::memory_order_seq_cst)) {
-                s.locks.emplace_back(idx, o);
-                break;
+                // seq_cst: the commit's read of the clock comes after its locks (extend_snapshot).
+                if (orec.compare_exchange_weak(o, mine, std::memory_order_seq_cst)) {
+                    s.locks.emplace_back(idx, o);
+                    break;
+                }
             }
         }
-    }
 }
 
 /// Flushes every line of every block the transaction allocated, once each (I4; raw stores into
@@ -475,17 +514,18 @@ inline bool flush_allocated(thread_slot& s) {
 }
 
 /// Eager write-back: flushes the lines the slot's earlier commits wrote back (s.dirty_lines,
-/// ascending), but for those that `recs` (this commit's records, ascending) write again.
-/// Returns true if it left such a line unflushed.
-inline bool flush_previous_lines(thread_slot& s, const append_vector<log_record>& recs) {
+/// ascending), but for those that this commit's write-set (sorted) writes again. Returns true
+/// if it left such a line unflushed.
+inline bool flush_previous_lines(thread_slot& s) {
     const pool_state& st = *s.pool;
     auto& lines = s.dirty_lines;
+    const auto& runs = s.writes.runs();
     std::size_t kept = 0, i = 0;
     for (std::size_t k = 0; k < lines.size(); ++k) {
         const std::uint64_t l = lines[k];
-        while (i < recs.size() && recs[i].offset / cache_line < l)
+        while (i < runs.size() && (runs[i].end() - 1) / cache_line < l)
             ++i;
-        if (i < recs.size() && recs[i].offset / cache_line == l)
+        if (i < runs.size() && runs[i].offset / cache_line <= l)
             continue;      // written again by this commit: flushed with its write-back
         lines[kept++] = l; // to flush now
     }
@@ -525,13 +565,13 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
     }
     std::sort(s.covered.begin(), s.covered.end(),
               [](const pool_range& a, const pool_range& b) { return a.offset < b.offset; });
-    // No logged word may lie in a covered block (records and blocks are both sorted).
-    const auto& recs = s.writes.entries();
+    // No logged word may lie in a covered block (runs and blocks are both sorted).
+    const auto& runs = s.writes.runs();
     std::size_t i = 0;
     for (const pool_range& r : s.covered) {
-        while (i < recs.size() && recs[i].offset + 8 <= r.offset)
+        while (i < runs.size() && runs[i].end() <= r.offset)
             ++i;
-        if (i < recs.size() && recs[i].offset < r.offset + r.size) {
+        if (i < runs.size() && runs[i].offset < r.offset + r.size) {
             s.covered.clear();
             return 0;
         }
@@ -552,14 +592,7 @@ inline void abandon_commit(thread_slot& s, std::uint64_t ts, bool committed,
     if (persistence_touched && !st.poisoned())
         st.poison("a commit's persistence operation failed");
     if (committed) {
-        for (const log_record& r : s.writes.entries()) {
-            std::uint64_t* w = st.word_at(r.offset);
-            std::uint64_t v = r.mask == ~std::uint64_t{0}
-                                  ? r.value
-                                  : (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
-            __atomic_store_n(w, v, __ATOMIC_RELEASE);
-            st.persist.stored(w, 8);
-        }
+        write_back_words(s, nullptr);
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
         s.locks.clear();
@@ -592,12 +625,11 @@ inline void commit(thread_slot& s) {
         return;
     }
     s.writes.sort_for_commit();
-    const auto& recs = s.writes.entries();
     const std::uint32_t covered_crc =
         s.alloc.allocated.empty() ? (s.covered.clear(), 0u) : choose_covered_blocks(s);
-    std::size_t bound =
-        s.entry.encode(compresses(st.mode) ? entry_format::compressed : entry_format::baseline,
-                       recs, st.pointers(), s.covered, covered_crc);
+    std::size_t bound = s.entry.encode_words(
+        compresses(st.mode) ? entry_format::compressed : entry_format::baseline, s.writes.words(),
+        s.writes.size(), st.pointers(), s.covered, covered_crc);
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
@@ -684,7 +716,7 @@ inline void commit(thread_slot& s) {
         // their bound below.
         bool carried = false;
         if (!lazy && previous_unfenced)
-            carried = flush_previous_lines(s, recs);
+            carried = flush_previous_lines(s);
         if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
             flush_allocated(s);
 
@@ -720,28 +752,7 @@ inline void commit(thread_slot& s) {
 
         // Step 5: write back in place, each word announced to the persistence policy (a crash
         // image may hold any subset of them), then unlock.
-        std::uint64_t data_bytes = 0;
-        std::uint64_t line = ~std::uint64_t{0};
-        const bool traced = st.persist.traced();
-        for (const log_record& r : recs) { // sorted by offset: equal lines are adjacent
-            std::uint64_t* w = st.word_at(r.offset);
-            std::uint64_t v = r.value;
-            if (r.mask == ~std::uint64_t{0}) {
-                data_bytes += 8; // full words need no bit count (a library call without POPCNT)
-            } else {
-                v = (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | r.value;
-                data_bytes += static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
-            }
-            // Release: a reader that sees the new value also sees the orec locked (I6).
-            __atomic_store_n(w, v, __ATOMIC_RELEASE);
-            if (traced)
-                st.persist.stored(w, 8);
-            if (r.offset / cache_line != line) {
-                line = r.offset / cache_line;
-                s.dirty_lines.push_back(line);
-            }
-        }
-        thread_counters::add(c.data_bytes_written, data_bytes);
+        thread_counters::add(c.data_bytes_written, write_back_words(s, &s.dirty_lines));
         // Step 6: no flush yet. Eager: the slot's next commit flushes the lines before its F1
         // (above); a thread that needs CT to pass this commit sooner settles the slot. Lazy:
         // the batch below flushes them.

@@ -156,7 +156,7 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::size_t overflow_check_at = 0;
     /// The largest write-set whose entry surely fits in the ring (words_that_surely_fit).
     std::size_t surely_fit_words = 0;
-    std::vector<log_record> size_check_records; ///< scratch of that check
+    append_vector<write_set::run> size_check_runs; ///< scratch of that check
     /// The blocks the commit's entry covers instead of a fence of their own (F0), sorted.
     std::vector<pool_range> covered;
     alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
