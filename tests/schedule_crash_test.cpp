@@ -461,16 +461,36 @@ caught run_mutation(const std::function<scenario(std::uint64_t)>& make,
 
 } // namespace
 
-TEST_CASE("mutation volatile_ct: block reuse trusting a CT that is not durable is caught") {
+namespace {
+
+/// Runs the sweep of `make`'s scenario with the library mutation that `tweak` switches on,
+/// `ci_seeds` interleavings (`long_seeds` with TLPTM_SCHED=long, TLPTM_SCHED_SEEDS to choose),
+/// and requires that some interleaving catches it.
+void expect_caught(const char* name, const std::function<scenario(std::uint64_t)>& make,
+                   const std::function<void(sweep_config&, std::uint64_t)>& tweak,
+                   std::uint64_t ci_seeds, std::uint64_t long_seeds) {
     settings s = get_settings();
-    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 120 : 16);
-    caught c = run_mutation(
-        [](std::uint64_t seed) { return ss::checkpoint_reclaim(mode_of(seed), 10); },
-        [](sweep_config& cfg, std::uint64_t) { cfg.lib_mut = lib_mutation::volatile_ct; }, seeds);
-    MESSAGE("volatile_ct: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
-                                      << c.failing_points
-                                      << " failing crash points; first: " << c.first);
+    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? long_seeds : ci_seeds);
+    caught c = run_mutation(make, tweak, seeds);
+    MESSAGE(std::string(name) << ": caught in " << c.caught_runs << " of " << c.runs
+                              << " interleavings, " << c.failing_points
+                              << " failing points; first: " << c.first);
     CHECK(c.caught_runs > 0);
+}
+
+/// A random walk that hands over at one scheduling point in two (PCT rarely parks a thread
+/// inside a commit's short windows).
+void random_walk(sweep_config& cfg) {
+    cfg.schedule.pct = false;
+    cfg.schedule.walk_switch = 2;
+}
+
+} // namespace
+
+TEST_CASE("mutation volatile_ct: block reuse trusting a CT that is not durable is caught") {
+    expect_caught(
+        "volatile_ct", [](std::uint64_t seed) { return ss::checkpoint_reclaim(mode_of(seed), 10); },
+        [](sweep_config& cfg, std::uint64_t) { cfg.lib_mut = lib_mutation::volatile_ct; }, 16, 120);
 }
 
 TEST_CASE("mutation late_in_flight: in_flight published after the timestamp is caught") {
@@ -478,36 +498,23 @@ TEST_CASE("mutation late_in_flight: in_flight published after the timestamp is c
     // persists a CT at or above that commit's timestamp; the commit returns with its write-back
     // not yet flushed (eager: the slot's next commit flushes it), and a crash then loses it
     // (recovery skips entries at or below CT).
-    settings s = get_settings();
-    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 120 : 16);
-    caught c = run_mutation([](std::uint64_t seed) { return ss::in_flight_race(mode_of(seed), 8); },
-                            [](sweep_config& cfg, std::uint64_t) {
-                                cfg.lib_mut = lib_mutation::late_in_flight;
-                                cfg.schedule.pct =
-                                    false; // a random walk hands over inside the commit's window
-                                cfg.schedule.walk_switch = 2;
-                            },
-                            seeds);
-    MESSAGE("late_in_flight: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
-                                         << c.failing_points
-                                         << " failing crash points; first: " << c.first);
-    CHECK(c.caught_runs > 0);
+    expect_caught(
+        "late_in_flight", [](std::uint64_t seed) { return ss::in_flight_race(mode_of(seed), 8); },
+        [](sweep_config& cfg, std::uint64_t) {
+            cfg.lib_mut = lib_mutation::late_in_flight;
+            random_walk(cfg);
+        },
+        16, 120);
 }
 
 TEST_CASE("mutation no_revoke_check: a thread that keeps using a slot taken from it is caught") {
     // With more threads than slots, a thread takes an idle slot from its holder. If the holder
     // did not check for that after marking its next attempt, two attempts would run in one
     // slot at once: one log ring, one write-set.
-    settings s = get_settings();
-    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 120 : 16);
-    caught c = run_mutation(
-        [](std::uint64_t seed) { return ss::slot_steal(mode_of(seed), 4); },
-        [](sweep_config& cfg, std::uint64_t) { cfg.lib_mut = lib_mutation::no_revoke_check; },
-        seeds);
-    MESSAGE("no_revoke_check: caught in " << c.caught_runs << " of " << c.runs << " interleavings, "
-                                          << c.failing_points
-                                          << " failing points; first: " << c.first);
-    CHECK(c.caught_runs > 0);
+    expect_caught(
+        "no_revoke_check", [](std::uint64_t seed) { return ss::slot_steal(mode_of(seed), 4); },
+        [](sweep_config& cfg, std::uint64_t) { cfg.lib_mut = lib_mutation::no_revoke_check; }, 16,
+        120);
 }
 
 TEST_CASE("mutation carried_as_flushed: a line left to the next write-back counted durable") {
@@ -516,34 +523,24 @@ TEST_CASE("mutation carried_as_flushed: a line left to the next write-back count
     // checkpoint pass it while its data is still in the cache: a crash then loses it. The
     // window (a checkpoint between that commit's F1 and the end of its write-back) is narrow:
     // about 3 % of random walks reach it, hence many seeds (a run takes about 10 ms).
-    settings s = get_settings();
-    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 1000 : 300);
-    caught c = run_mutation([](std::uint64_t seed) { return ss::in_flight_race(mode_of(seed), 8); },
-                            [](sweep_config& cfg, std::uint64_t) {
-                                cfg.lib_mut = lib_mutation::carried_as_flushed;
-                                cfg.schedule.pct = false;
-                                cfg.schedule.walk_switch = 2;
-                            },
-                            seeds);
-    MESSAGE("carried_as_flushed: caught in " << c.caught_runs << " of " << c.runs
-                                             << " interleavings, " << c.failing_points
-                                             << " failing points; first: " << c.first);
-    CHECK(c.caught_runs > 0);
+    expect_caught(
+        "carried_as_flushed",
+        [](std::uint64_t seed) { return ss::in_flight_race(mode_of(seed), 8); },
+        [](sweep_config& cfg, std::uint64_t) {
+            cfg.lib_mut = lib_mutation::carried_as_flushed;
+            random_walk(cfg);
+        },
+        300, 1000);
 }
 
 TEST_CASE("mutation no_commit_cleanup: a failed commit that leaks its locks is caught") {
-    settings s = get_settings();
-    std::uint64_t seeds = env_u64("TLPTM_SCHED_SEEDS", s.long_run ? 60 : 8);
-    caught c = run_mutation([](std::uint64_t seed) { return ss::fault(mode_of(seed), 5); },
-                            [](sweep_config& cfg, std::uint64_t seed) {
-                                cfg.lib_mut = lib_mutation::no_commit_cleanup;
-                                cfg.tracing.fail_fence = fault_fence_of(seed);
-                                cfg.schedule.max_points = 20000;
-                                cfg.schedule.deadlock = std::chrono::milliseconds(1000);
-                            },
-                            seeds);
-    MESSAGE("no_commit_cleanup: caught in " << c.caught_runs << " of " << c.runs
-                                            << " interleavings, " << c.failing_points
-                                            << " failing points; first: " << c.first);
-    CHECK(c.caught_runs > 0);
+    expect_caught(
+        "no_commit_cleanup", [](std::uint64_t seed) { return ss::fault(mode_of(seed), 5); },
+        [](sweep_config& cfg, std::uint64_t seed) {
+            cfg.lib_mut = lib_mutation::no_commit_cleanup;
+            cfg.tracing.fail_fence = fault_fence_of(seed);
+            cfg.schedule.max_points = 20000;
+            cfg.schedule.deadlock = std::chrono::milliseconds(1000);
+        },
+        8, 60);
 }
