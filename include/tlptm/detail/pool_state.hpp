@@ -320,14 +320,13 @@ struct pool_state {
     /// clock, first raised past every slot's newest commit, lowered below every timestamp
     /// still between step 1 and step 6 (I2).
     std::uint64_t safe_checkpoint() noexcept {
-        // Order matters: a committer publishes in_flight (seq_cst, or it already held an
+        // Order matters: a committer publishes in_flight (publish(), or it already held an
         // older bound) before it reads the clock, and takes a ts above what it read; this
-        // reads the clock, then in_flight. So any ts <= the value read here belongs to a
-        // committer that read the clock earlier, whose in_flight is visible below (or whose
-        // write-back is already durable).
+        // reads the clock, issues a heavy fence, then reads in_flight. After the fence a
+        // committer's bound is visible below, or its clock read came after the fence and saw
+        // at least `safe`: any ts <= safe belongs to a committer whose in_flight is visible
+        // (or whose write-back is already durable).
         std::uint64_t safe = advance_clock(newest_commit());
-        // In_flight is published with a plain store (asymmetric fences): after this barrier a
-        // committer's bound is visible, or its clock read comes after it and sees `safe`.
         heavy_fence();
         for (const auto& s : slots) {
             std::uint64_t f = s->in_flight.load(std::memory_order_seq_cst);
