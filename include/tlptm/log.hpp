@@ -145,8 +145,7 @@ inline std::uint8_t byte_enables(std::uint64_t mask) noexcept {
     return static_cast<std::uint8_t>(((t & 0x0101010101010101ull) * 0x0102040810204080ull) >> 56);
 }
 inline std::uint64_t mask_of(std::uint8_t be) noexcept {
-    // Bit i of be to bit 0 of byte i (a multiplication that places a copy of be at each byte,
-    // shifted so that bit i sits at bit 0 of byte i), then each such byte filled.
+    // Bit i of be to bit 0 of byte i (one step per set bit), then each such byte filled.
     std::uint64_t lows = 0;
     for (unsigned b = be; b != 0; b &= b - 1)
         lows |= std::uint64_t{1} << (8 * std::countr_zero(b));

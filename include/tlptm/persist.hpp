@@ -299,22 +299,8 @@ public:
                     note_msync(ctx, a, cache_line);
             }
         } else {
-#if defined(__x86_64__)
-            switch (cpu_line_flush) {
-            case line_flush::clwb:
-                for (std::size_t k = 0; k < n; ++k) {
-                    const auto a = reinterpret_cast<std::uintptr_t>(base + lines[k] * cache_line);
-                    clwb_lines(a, a + 1);
-                }
-                break;
-            default:
-                for (std::size_t k = 0; k < n; ++k)
-                    flush_cpu_lines(base + lines[k] * cache_line, cache_line);
-            }
-#else
             for (std::size_t k = 0; k < n; ++k)
                 flush_cpu_lines(base + lines[k] * cache_line, cache_line);
-#endif
         }
         spin_ns(std::uint64_t{write_ns_} * n);
     }

@@ -82,8 +82,6 @@ public:
         end_ += n;
         return first;
     }
-    /// Keeps the first n elements (n <= size()).
-    void truncate(std::size_t n) noexcept { end_ = begin_ + n; }
 
     T* data() noexcept { return begin_; }
     const T* data() const noexcept { return begin_; }

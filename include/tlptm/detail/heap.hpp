@@ -187,20 +187,14 @@ struct alloc_tx_state {
     /// search, so that a transaction that allocates thousands of blocks (a bulk load) does not
     /// scan them all at every access.
     bool in_aalo(std::uint64_t offset, std::uint64_t n) {
-        if (aalo.size() == 1) { // one block (an insert's node): no search
-            const range& r = aalo.front();
-            return offset >= r.offset && offset - r.offset <= r.size &&
-                   n <= r.size - (offset - r.offset);
-        }
+        if (aalo.size() == 1) // one block (an insert's node): no search
+            return holds(aalo.front(), offset, n);
         return in_aalo_search(offset, n);
     }
 
     /// in_aalo for two blocks or more.
     bool in_aalo_search(std::uint64_t offset, std::uint64_t n) {
-        auto holds = [&](const range& r) {
-            return offset >= r.offset && offset - r.offset <= r.size &&
-                   n <= r.size - (offset - r.offset);
-        };
+        auto holds = [&](const range& r) { return alloc_tx_state::holds(r, offset, n); };
         auto by_offset = [](const range& a, const range& b) { return a.offset < b.offset; };
         if (aalo.size() - aalo_sorted_ > aalo_tail_max) { // merge the tail into the prefix
             const auto mid = aalo.begin() + static_cast<std::ptrdiff_t>(aalo_sorted_);
@@ -219,6 +213,12 @@ struct alloc_tx_state {
     }
 
 private:
+    /// Block r holds [offset, offset + n).
+    static bool holds(const range& r, std::uint64_t offset, std::uint64_t n) noexcept {
+        return offset >= r.offset && offset - r.offset <= r.size &&
+               n <= r.size - (offset - r.offset);
+    }
+
     /// Blocks allocated since the sorted prefix was last extended that in_aalo scans one by
     /// one before it merges them in.
     static constexpr std::size_t aalo_tail_max = 16;
