@@ -1,10 +1,12 @@
 // Reuse of emptied superblocks, heap figures and small pools (issue 13, items 1, 6 and 8).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -124,6 +126,44 @@ TEST_CASE("an empty superblock of one class is given to another class") {
     free_all(pool, blocks);
     blocks = fill(pool, 2000);
     CHECK(blocks.size() == small_count);
+}
+
+TEST_CASE("blocks another thread's slot took ahead (its stash) are not counted and go to "
+          "whoever fills the heap") {
+    tlptm_test::temp_path path("reuse-stash");
+    auto pool = tlptm::pool::create(path, opts(4 << 20));
+    const std::uint64_t free_sbs = pool.stats().heap.superblocks_free;
+    // Another thread allocates one 16-byte block: its slot takes a whole bitmap word (64
+    // blocks) ahead and keeps the other 63. The thread keeps its slot while this one fills
+    // the heap from another.
+    void* theirs = nullptr;
+    std::atomic<int> stage{0};
+    std::thread other([&] {
+        theirs = tlptm::atomic(pool, [&](tlptm::tx& tx) { return tx.alloc(16); });
+        stage.store(1);
+        while (stage.load() != 2)
+            std::this_thread::yield();
+    });
+    while (stage.load() != 1)
+        std::this_thread::yield();
+    auto h = pool.stats().heap;
+    CHECK(h.bytes_in_use == root_bytes + 16);
+    // 16-byte blocks, 4096 per superblock: this thread gets every block but that one, the
+    // other slot's stash included.
+    std::vector<void*> blocks = fill(pool, 16);
+    stage.store(2);
+    other.join();
+    CHECK(blocks.size() == free_sbs * 4096 - 1);
+    CHECK(pool.stats().heap.bytes_in_use == root_bytes + 16 * (blocks.size() + 1));
+    blocks.push_back(theirs);
+    free_all(pool, blocks);
+    h = pool.stats().heap;
+    CHECK(h.bytes_in_use == root_bytes);
+    // Once the frees are reclaimed the heap is whole again: one span of every superblock.
+    void* all = tlptm::atomic(pool, [&](tlptm::tx& tx) {
+        return tx.alloc((h.superblocks - 1) * tlptm::detail::superblock_bytes);
+    });
+    CHECK(all != nullptr);
 }
 
 TEST_CASE("heap figures: freed blocks count as free at once and are reported as pending") {

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -94,9 +95,14 @@ struct superblock_state {
     /// freed but not yet reusable under I3). Bits past the last block are set. Allocated when
     /// the superblock first holds small blocks.
     std::unique_ptr<std::atomic<std::uint64_t>[]> taken;
-    /// Blocks taken, plus claims in progress: 0 means no block is taken and none is being
-    /// claimed (claim_block counts before it looks for a bit).
+    /// Blocks whose bits are set in `taken` (allocated, claimed, pending, or in the owner's
+    /// stash). A claim adds its blocks just after taking their bits, so it may be low for a
+    /// moment, only while the owner's local lock is held.
     std::atomic<std::uint32_t> used{0};
+    /// Of `used`, the blocks in its owner's stash: taken from the bitmap in advance, not handed
+    /// to any transaction. Written under the owner's local lock; read without it by figures()
+    /// and by after_release's first look.
+    std::atomic<std::uint32_t> stashed{0};
     /// Slot whose local heap holds it, -1 = none (global pool, free or a span). Changed with
     /// both heap::mutex_ and that slot's local lock held.
     std::atomic<std::int32_t> owner{-1};
@@ -111,6 +117,12 @@ struct superblock_state {
     std::uint32_t hint = 0; ///< first bitmap word that may have a free bit
 
     std::uint32_t blocks() const noexcept { return nblocks.load(std::memory_order_relaxed); }
+    /// Blocks held by transactions or pending frees: `used` without the stash.
+    std::uint32_t in_use() const noexcept {
+        std::uint32_t u = used.load(std::memory_order_acquire);
+        std::uint32_t k = stashed.load(std::memory_order_relaxed);
+        return u > k ? u - k : 0;
+    }
     void set_class(std::size_t c) noexcept {
         cls = static_cast<std::uint32_t>(c);
         nblocks.store(static_cast<std::uint32_t>(superblock_bytes / size_classes[c]),
@@ -329,21 +341,20 @@ public:
         }
     }
 
-    /// Claims a free block of class cls in one of slot's superblocks (the fast path).
+    /// Claims a free block of class cls in one of slot's superblocks (the fast path): from
+    /// the slot's stash for the class, else a bitmap word of its superblocks is taken whole
+    /// into the stash. One locked instruction (the local lock) per claim, two more per refill.
     block_claim claim_local(std::uint32_t slot, std::size_t cls) noexcept {
         local_heap& l = locals_[slot];
         std::lock_guard lk(l.lock);
+        stash& st = l.stashes[cls];
+        if (st.bits != 0)
+            return hand_out(st);
         auto& list = l.lists[cls];
-        block_claim c;
-        for (std::size_t k = list.size(); k-- > 0;) {
-            std::int64_t b = claim_block(list[k]);
-            if (b >= 0) {
-                c.sb = list[k];
-                c.block = static_cast<std::uint32_t>(b);
-                return c;
-            }
-        }
-        return c;
+        for (std::size_t k = list.size(); k-- > 0;)
+            if (refill(st, list[k]))
+                return hand_out(st);
+        return {};
     }
 
     /// Takes a superblock for class `cls` into slot's local heap and claims a block of it: a
@@ -367,12 +378,8 @@ public:
                 s.owner.store(static_cast<std::int32_t>(slot), std::memory_order_relaxed);
                 s.hint = 0;
                 l.lists[cls].push_back(i);
-                std::int64_t b = claim_block(i);
-                if (b >= 0) {
-                    c.sb = i;
-                    c.block = static_cast<std::uint32_t>(b);
-                    return c;
-                }
+                if (refill_empty(l.stashes[cls], i))
+                    return hand_out(l.stashes[cls]);
             }
         } while (scan_next_used());
         std::int64_t i = find_free_run(1);
@@ -392,8 +399,8 @@ public:
         s.owner.store(static_cast<std::int32_t>(slot), std::memory_order_relaxed);
         --arena_of(idx).free_count;
         l.lists[cls].push_back(idx);
-        c.sb = i;
-        c.block = static_cast<std::uint32_t>(claim_block(idx)); // a fresh superblock has room
+        (void)refill_empty(l.stashes[cls], idx); // a fresh superblock has room
+        c = hand_out(l.stashes[cls]);
         c.fresh = true;
         return c;
     }
@@ -407,6 +414,7 @@ public:
         superblock_state& s = sb(i);
         if (s.owner.load(std::memory_order_relaxed) != static_cast<std::int32_t>(slot))
             return;
+        drop_stash(l.stashes[s.cls], i);
         auto& list = l.lists[s.cls];
         list.erase(std::remove(list.begin(), list.end(), i), list.end());
         make_free(i);
@@ -462,8 +470,7 @@ public:
             make_free(i);
             return;
         }
-        std::uint32_t used = s.used.load(std::memory_order_relaxed);
-        if (used * 4 > s.blocks())
+        if (s.in_use() * 4 > s.blocks())
             return; // the common case: no lock
         local_heap& l = locals_[static_cast<std::size_t>(o)];
         std::lock_guard llk(l.lock);
@@ -471,11 +478,13 @@ public:
         if (s.owner.load(std::memory_order_relaxed) != o || s.kind != sb_kind::small)
             return;
         auto& list = l.lists[s.cls];
-        used = s.used.load(std::memory_order_acquire); // stable: the owner cannot claim now
+        const std::uint32_t used = s.in_use(); // stable: the owner cannot claim now
         if (used == 0 && list.size() > 1) {
+            drop_stash(l.stashes[s.cls], i);
             list.erase(std::remove(list.begin(), list.end(), i), list.end());
             make_free(i);
         } else if (used != 0 && used * 4 <= s.blocks() && list.size() > 2) {
+            drop_stash(l.stashes[s.cls], i);
             list.erase(std::remove(list.begin(), list.end(), i), list.end());
             s.owner.store(-1, std::memory_order_relaxed);
             partial_[s.cls].push_back(i);
@@ -494,6 +503,7 @@ public:
             std::lock_guard llk(l.lock);
             std::lock_guard lk(mutex_);
             for (std::size_t c = 0; c < class_count; ++c) {
+                drop_stash(l.stashes[c]); // its blocks may be all the room there is
                 auto& list = l.lists[c];
                 for (std::size_t k = list.size(); k-- > 0;) {
                     std::uint32_t i = list[k];
@@ -596,7 +606,7 @@ public:
                     ++f.superblocks_free;
                     break;
                 case sb_kind::small: {
-                    std::uint32_t used = s.used.load(std::memory_order_relaxed);
+                    std::uint32_t used = s.in_use();
                     if (used == 0) {
                         // Empty: the allocator frees it (after_release) or takes it when
                         // memory is short (steal_empty).
@@ -627,9 +637,19 @@ public:
     }
 
 private:
+    /// Blocks of one class taken from the bitmap ahead of their claims: the free bits of
+    /// bitmap word `word` of superblock `sb` when it was taken, less those handed out since.
+    /// Their bits stay set in `taken` and they count in `used` and `stashed`, so nobody else
+    /// claims them; whoever changes the superblock's owner or frees it gives them back first.
+    struct stash {
+        std::uint32_t sb = 0;
+        std::uint32_t word = 0;
+        std::uint64_t bits = 0;
+    };
     struct local_heap {
         spin_lock lock;
         std::array<std::vector<std::uint32_t>, class_count> lists;
+        std::array<stash, class_count> stashes; ///< guarded by `lock`
     };
 
     /// Bits of bitmap word w that lie past the last of n blocks.
@@ -678,31 +698,61 @@ private:
         ++arena_of(i).free_count;
     }
 
-    /// Claims a free block of superblock i (caller holds the local lock of its owner);
-    /// returns its index or -1. `used` is raised first, so that used == 0 seen under the local
-    /// lock means no claim is in progress.
-    std::int64_t claim_block(std::uint32_t i) noexcept {
+    /// Hands out the lowest block of a stash that is not empty (its owner's local lock held).
+    block_claim hand_out(stash& st) noexcept {
+        const std::uint64_t bit = st.bits & (~st.bits + 1);
+        st.bits ^= bit;
+        superblock_state& s = sb(st.sb);
+        s.stashed.store(s.stashed.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+        block_claim c;
+        c.sb = st.sb;
+        c.block = st.word * 64 + static_cast<std::uint32_t>(std::countr_zero(bit));
+        return c;
+    }
+
+    /// Fills an empty stash with the free blocks of the first bitmap word of superblock i that
+    /// has any, from its hint on (the local lock of its owner held); false if it has none.
+    /// Only the owner sets bits, others only clear them: the exchange takes every bit that was
+    /// free, and `used` counts them right after.
+    bool refill(stash& st, std::uint32_t i) noexcept {
         superblock_state& s = sb(i);
-        std::uint32_t n = s.blocks();
-        if (s.used.fetch_add(1, std::memory_order_acq_rel) >= n) {
-            s.used.fetch_sub(1, std::memory_order_relaxed);
-            return -1;
-        }
+        if (s.used.load(std::memory_order_relaxed) >= s.blocks())
+            return false;
         for (std::size_t k = 0; k < bitmap_words; ++k) {
-            std::size_t w = (s.hint + k) % bitmap_words;
-            std::uint64_t cur = s.taken[w].load(std::memory_order_relaxed);
-            while (cur != ~std::uint64_t{0}) {
-                std::uint64_t bit = ~cur & (cur + 1); // lowest zero bit
-                if (s.taken[w].compare_exchange_weak(cur, cur | bit, std::memory_order_acq_rel)) {
-                    s.hint = static_cast<std::uint32_t>(w);
-                    return static_cast<std::int64_t>(
-                        w * 64 + static_cast<std::size_t>(__builtin_ctzll(bit)));
-                }
-            }
+            const std::size_t w = (s.hint + k) % bitmap_words;
+            if (s.taken[w].load(std::memory_order_relaxed) == ~std::uint64_t{0})
+                continue;
+            const std::uint64_t got =
+                ~s.taken[w].exchange(~std::uint64_t{0}, std::memory_order_acq_rel);
+            if (got == 0)
+                continue;
+            const auto n = static_cast<std::uint32_t>(std::popcount(got));
+            s.used.fetch_add(n, std::memory_order_acq_rel);
+            s.stashed.store(s.stashed.load(std::memory_order_relaxed) + n,
+                            std::memory_order_relaxed);
+            s.hint = static_cast<std::uint32_t>(w);
+            st = {i, static_cast<std::uint32_t>(w), got};
+            return true;
         }
-        // Every bit is taken: a release cleared its bit but has not lowered `used` yet.
-        s.used.fetch_sub(1, std::memory_order_relaxed);
-        return -1;
+        return false;
+    }
+    /// refill for a stash that may hold blocks of another superblock: gives those back first.
+    bool refill_empty(stash& st, std::uint32_t i) noexcept {
+        drop_stash(st);
+        return refill(st, i);
+    }
+
+    /// Gives a stash's blocks back to their superblock (its owner's local lock held): all of
+    /// them, or only if they are superblock i's.
+    void drop_stash(stash& st, std::int64_t i = -1) noexcept {
+        if (st.bits == 0 || (i >= 0 && st.sb != static_cast<std::uint32_t>(i)))
+            return;
+        superblock_state& s = sb(st.sb);
+        const auto n = static_cast<std::uint32_t>(std::popcount(st.bits));
+        s.taken[st.word].fetch_and(~st.bits, std::memory_order_acq_rel);
+        s.stashed.store(s.stashed.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+        s.used.fetch_sub(n, std::memory_order_acq_rel);
+        st.bits = 0;
     }
 
     /// Scans the next arena that the summary marks used and that is not scanned yet (mutex
