@@ -89,8 +89,9 @@ inline constexpr std::uint64_t descriptor_payload(std::uint64_t d) noexcept {
 
 // ---- volatile state ------------------------------------------------------------------------
 
-/// Volatile state of one superblock.
-struct superblock_state {
+/// Volatile state of one superblock, on cache lines of its own: slots that claim from
+/// neighbouring superblocks (they are taken in order) do not share a line.
+struct alignas(64) superblock_state {
     /// One bit per block: 1 = not available (allocated, claimed by a running transaction, or
     /// freed but not yet reusable under I3). Bits past the last block are set. Allocated when
     /// the superblock first holds small blocks.
@@ -646,7 +647,7 @@ private:
         std::uint32_t word = 0;
         std::uint64_t bits = 0;
     };
-    struct local_heap {
+    struct alignas(64) local_heap {
         spin_lock lock;
         std::array<std::vector<std::uint32_t>, class_count> lists;
         std::array<stash, class_count> stashes; ///< guarded by `lock`
