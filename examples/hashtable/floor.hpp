@@ -1,5 +1,6 @@
 // tlptm-workloads — the persistence floor: what one persist costs on this machine, measured in
-// the same run as the workloads so that their latencies can be read as multiples of it.
+// the same run as the workloads so that their latencies can be read as multiples of it; and
+// what one dependent cache miss costs there, the other floor of a chained-table walk.
 #pragma once
 
 #include <fcntl.h>
@@ -21,8 +22,56 @@ namespace workloads {
 struct persistence_floor {
     double store_clwb_sfence_ns = 0; ///< one 8-byte store + CLWB + SFENCE (pmem_flush + drain)
     double nt64_sfence_ns = 0;       ///< one 64-byte non-temporal store + SFENCE
+    /// One load that misses every cache and depends on the one before: a random walk over the
+    /// lines of a 64 MiB mapping of the same kind as the pool (its page size, so its TLB
+    /// misses too). A table walk pays about one per link.
+    double dependent_miss_ns = 0;
     bool measured() const noexcept { return nt64_sfence_ns > 0; }
 };
+
+/// dependent_miss_ns on a scratch file `path` (removed): the fastest of `reps` walks of `n`
+/// loads each; 0 if the file cannot be made.
+inline double measure_dependent_miss(const std::string& path, int reps = 3,
+                                     std::size_t n = 200000) {
+    const std::size_t size = std::size_t{64} << 20;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return 0;
+    ::unlink(path.c_str());
+    void* m = MAP_FAILED;
+    if (::ftruncate(fd, static_cast<off_t>(size)) == 0)
+        m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED)
+        return 0;
+    // One cycle through every line in a random order (Sattolo's shuffle): line k holds the
+    // index of the next.
+    const std::size_t lines = size / 64;
+    auto* line = static_cast<std::uint64_t*>(m);
+    std::vector<std::uint32_t> order(lines);
+    for (std::size_t i = 0; i < lines; ++i)
+        order[i] = static_cast<std::uint32_t>(i);
+    std::uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (std::size_t i = lines - 1; i > 0; --i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        std::swap(order[i], order[x % i]);
+    }
+    for (std::size_t i = 0; i < lines; ++i)
+        line[std::size_t{order[i]} * 8] = order[(i + 1) % lines];
+    using clock = std::chrono::steady_clock;
+    double best = 0;
+    std::uint64_t at = 0;
+    for (int r = 0; r < reps; ++r) {
+        auto t0 = clock::now();
+        for (std::size_t i = 0; i < n; ++i)
+            at = *static_cast<volatile std::uint64_t*>(&line[at * 8]);
+        double ns = std::chrono::duration<double, std::nano>(clock::now() - t0).count() /
+                    static_cast<double>(n);
+        best = r == 0 ? ns : std::min(best, ns);
+    }
+    ::munmap(m, size);
+    return best;
+}
 
 /// Measures the floor on a scratch file next to `pool_path` (the same kind of memory the pool
 /// is on), with the CPU flush path the library uses (libpmem), `reps` repetitions of `n`
@@ -73,6 +122,7 @@ inline persistence_floor measure_floor(const std::string& pool_path, int reps = 
         pmem_drain();
     });
     ::munmap(m, size);
+    f.dependent_miss_ns = measure_dependent_miss(pool_path + ".miss");
     return f;
 }
 
