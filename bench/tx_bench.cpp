@@ -1,7 +1,7 @@
 // Micro-benchmarks of transactions: empty, 1-word and 10-word updates, read-only, a 4-level
-// pointer chase, allocation, and a bulk load of many nodes in one transaction. Each reports, per
-// transaction, the fences, flushed lines and log bytes that pool::stats() counted, next to the
-// time.
+// pointer chase, dependent reads that miss the caches (against plain loads), allocation, and a bulk
+// load of many nodes in one transaction. Each reports, per transaction, the fences, flushed lines
+// and log bytes that pool::stats() counted, next to the time.
 //
 // The pool lives in /dev/shm (or $TLPTM_BENCH_DIR) with persistent-memory emulation on (CPU
 // flushes, no msync); TLPTM_EMULATE_WRITE_NS adds the emulated write latency per line.
@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include <tlptm/tlptm.hpp>
 
@@ -192,6 +194,56 @@ void bm_update_threads(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations());
 }
 
+/// What a transactional read costs on data that misses every cache: four dependent loads per
+/// iteration along a random cycle through the lines of a 96 MiB block of the pool, as plain
+/// loads (range(0) = 0) and as one read-only transaction of four p<T> reads (range(0) = 1).
+/// The difference per load is the read path's own cost (orec sample, re-check, snapshot) when
+/// the data is a miss, as in a walk of a large table; the plain row is the memory's floor.
+void bm_miss_chase(benchmark::State& state) {
+    const bool tx_reads = state.range(0) != 0;
+    const std::string path = bench_path();
+    std::filesystem::remove(path);
+    tlptm::pool_options o;
+    o.size = std::size_t{160} << 20;
+    o.durability = tlptm::durability::emulate_pmem;
+    tlptm::pool pool = tlptm::pool::create(path, o);
+    constexpr std::size_t bytes = std::size_t{96} << 20, lines = bytes / 64;
+    auto* words = static_cast<std::uint64_t*>(
+        tlptm::atomic(pool, [&](tlptm::tx& tx) { return tx.alloc(bytes); }));
+    // A random cycle (Sattolo's shuffle); written with plain stores: the benchmark reads it in
+    // this opening only.
+    std::vector<std::uint32_t> order(lines);
+    for (std::size_t i = 0; i < lines; ++i)
+        order[i] = static_cast<std::uint32_t>(i);
+    std::uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (std::size_t i = lines - 1; i > 0; --i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        std::swap(order[i], order[x % i]);
+    }
+    for (std::size_t i = 0; i < lines; ++i)
+        words[std::size_t{order[i]} * 8] = order[(i + 1) % lines];
+    auto* cells = reinterpret_cast<tlptm::p<std::uint64_t>*>(words);
+    std::uint64_t at = 0;
+    for (auto _ : state) {
+        if (tx_reads) {
+            at = tlptm::atomic(pool, [&] {
+                std::uint64_t y = at;
+                for (int h = 0; h < 4; ++h)
+                    y = cells[y * 8].get();
+                return y;
+            });
+        } else {
+            for (int h = 0; h < 4; ++h)
+                at = *static_cast<volatile std::uint64_t*>(&words[at * 8]);
+        }
+    }
+    benchmark::DoNotOptimize(at);
+    state.SetLabel(tx_reads ? "read-only tx, 4 dependent reads" : "4 dependent plain loads");
+    state.SetItemsProcessed(state.iterations() * 4);
+    pool.close();
+    std::filesystem::remove(path);
+}
+
 /// One transaction that allocates a 32-byte node and one that frees it, per iteration.
 void bm_alloc_free(benchmark::State& state) {
     if (state.thread_index() == 0)
@@ -254,6 +306,7 @@ BENCHMARK(bm_update<1>)->Apply(modes);
 BENCHMARK(bm_update<10>)->Apply(modes);
 BENCHMARK(bm_read_only)->Apply(modes);
 BENCHMARK(bm_pointer_chase)->Apply(modes);
+BENCHMARK(bm_miss_chase)->Arg(0)->Arg(1);
 BENCHMARK(bm_update_threads)->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_alloc_free)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(bm_value_update)
