@@ -13,10 +13,10 @@
 #include <memory>
 #include <string>
 #include <unistd.h>
-#include <utility>
-#include <vector>
 
 #include <tlptm/tlptm.hpp>
+
+#include "../examples/hashtable/floor.hpp"
 
 namespace {
 
@@ -210,18 +210,9 @@ void bm_miss_chase(benchmark::State& state) {
     constexpr std::size_t bytes = std::size_t{96} << 20, lines = bytes / 64;
     auto* words = static_cast<std::uint64_t*>(
         tlptm::atomic(pool, [&](tlptm::tx& tx) { return tx.alloc(bytes); }));
-    // A random cycle (Sattolo's shuffle); written with plain stores: the benchmark reads it in
+    // A random cycle through its lines, written with plain stores: the benchmark reads it in
     // this opening only.
-    std::vector<std::uint32_t> order(lines);
-    for (std::size_t i = 0; i < lines; ++i)
-        order[i] = static_cast<std::uint32_t>(i);
-    std::uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (std::size_t i = lines - 1; i > 0; --i) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        std::swap(order[i], order[x % i]);
-    }
-    for (std::size_t i = 0; i < lines; ++i)
-        words[std::size_t{order[i]} * 8] = order[(i + 1) % lines];
+    workloads::write_random_cycle(words, lines, 8);
     auto* cells = reinterpret_cast<tlptm::p<std::uint64_t>*>(words);
     std::uint64_t at = 0;
     for (auto _ : state) {

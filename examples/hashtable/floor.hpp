@@ -29,96 +29,95 @@ struct persistence_floor {
     bool measured() const noexcept { return nt64_sfence_ns > 0; }
 };
 
-/// dependent_miss_ns on a scratch file `path` (removed): the fastest of `reps` walks of `n`
-/// loads each; 0 if the file cannot be made.
-inline double measure_dependent_miss(const std::string& path, int reps = 3,
-                                     std::size_t n = 200000) {
-    const std::size_t size = std::size_t{64} << 20;
+/// Maps a new scratch file of `size` bytes at `path` (unlinked at once, so it goes with the
+/// mapping); nullptr if it cannot be made.
+inline void* map_scratch(const std::string& path, std::size_t size) {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-        return 0;
+        return nullptr;
     ::unlink(path.c_str());
     void* m = MAP_FAILED;
     if (::ftruncate(fd, static_cast<off_t>(size)) == 0)
         m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
-    if (m == MAP_FAILED)
-        return 0;
-    // One cycle through every line in a random order (Sattolo's shuffle): line k holds the
-    // index of the next.
-    const std::size_t lines = size / 64;
-    auto* line = static_cast<std::uint64_t*>(m);
-    std::vector<std::uint32_t> order(lines);
-    for (std::size_t i = 0; i < lines; ++i)
+    return m == MAP_FAILED ? nullptr : m;
+}
+
+/// Links `n` slots `stride` words apart into one cycle in a random order (Sattolo's shuffle):
+/// the first word of slot k holds the index of the slot after it.
+inline void write_random_cycle(std::uint64_t* words, std::size_t n, std::size_t stride) {
+    std::vector<std::uint32_t> order(n);
+    for (std::size_t i = 0; i < n; ++i)
         order[i] = static_cast<std::uint32_t>(i);
     std::uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (std::size_t i = lines - 1; i > 0; --i) {
+    for (std::size_t i = n - 1; i > 0; --i) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         std::swap(order[i], order[x % i]);
     }
-    for (std::size_t i = 0; i < lines; ++i)
-        line[std::size_t{order[i]} * 8] = order[(i + 1) % lines];
+    for (std::size_t i = 0; i < n; ++i)
+        words[std::size_t{order[i]} * stride] = order[(i + 1) % n];
+}
+
+/// Mean ns of op(i) over `n` calls, the fastest of `reps` repetitions (the least disturbed by
+/// other load).
+template <class Op> double fastest_ns_per_op(int reps, std::size_t n, Op&& op) {
     using clock = std::chrono::steady_clock;
     double best = 0;
-    std::uint64_t at = 0;
     for (int r = 0; r < reps; ++r) {
         auto t0 = clock::now();
         for (std::size_t i = 0; i < n; ++i)
-            at = *static_cast<volatile std::uint64_t*>(&line[at * 8]);
+            op(i);
         double ns = std::chrono::duration<double, std::nano>(clock::now() - t0).count() /
                     static_cast<double>(n);
         best = r == 0 ? ns : std::min(best, ns);
     }
-    ::munmap(m, size);
     return best;
 }
 
-/// Measures the floor on a scratch file next to `pool_path` (the same kind of memory the pool
+/// dependent_miss_ns on a scratch file `path`: the fastest of `reps` walks of `n` loads each
+/// along a random cycle through the lines of 64 MiB; 0 if the file cannot be made.
+inline double measure_dependent_miss(const std::string& path, int reps = 3,
+                                     std::size_t n = 200000) {
+    const std::size_t size = std::size_t{64} << 20;
+    void* m = map_scratch(path, size);
+    if (!m)
+        return 0;
+    auto* words = static_cast<std::uint64_t*>(m);
+    write_random_cycle(words, size / 64, 8);
+    std::uint64_t at = 0;
+    const double ns = fastest_ns_per_op(
+        reps, n, [&](std::size_t) { at = *static_cast<volatile std::uint64_t*>(&words[at * 8]); });
+    ::munmap(m, size);
+    return ns;
+}
+
+/// Measures the floor on scratch files next to `pool_path` (the same kind of memory the pool
 /// is on), with the CPU flush path the library uses (libpmem), `reps` repetitions of `n`
-/// persists each; reports the fastest repetition (the least disturbed by other load). Returns
-/// an unmeasured floor if the file cannot be made.
+/// persists each; reports the fastest repetition. Returns an unmeasured floor if the file
+/// cannot be made.
 inline persistence_floor measure_floor(const std::string& pool_path, int reps = 5,
                                        std::size_t n = 20000) {
     persistence_floor f;
-    const std::string path = pool_path + ".floor";
     const std::size_t size = std::size_t{1} << 20;
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return f;
-    ::unlink(path.c_str());
-    void* m = MAP_FAILED;
-    if (::ftruncate(fd, static_cast<off_t>(size)) == 0)
-        m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED)
+    void* m = map_scratch(pool_path + ".floor", size);
+    if (!m)
         return f;
     auto* base = static_cast<std::uint8_t*>(m);
     std::memset(base, 0, size); // fault every page in first
     const std::size_t lines = size / 64;
+    auto at = [&](std::size_t i) { return base + (i * 7 % lines) * 64; };
     alignas(64) std::uint8_t line[64];
     std::memset(line, 0x5a, sizeof line);
-    using clock = std::chrono::steady_clock;
-    auto per_op = [&](auto&& op) {
-        double best = 0;
-        for (int r = 0; r < reps; ++r) {
-            auto t0 = clock::now();
-            for (std::size_t i = 0; i < n; ++i)
-                op(base + (i * 7 % lines) * 64, i);
-            double ns = std::chrono::duration<double, std::nano>(clock::now() - t0).count() /
-                        static_cast<double>(n);
-            best = r == 0 ? ns : std::min(best, ns);
-        }
-        return best;
-    };
-    f.store_clwb_sfence_ns = per_op([](std::uint8_t* p, std::size_t i) {
+    f.store_clwb_sfence_ns = fastest_ns_per_op(reps, n, [&](std::size_t i) {
+        std::uint8_t* p = at(i);
         std::uint64_t v = i;
         std::memcpy(p, &v, sizeof v);
         pmem_flush(p, sizeof v);
         pmem_drain();
     });
-    f.nt64_sfence_ns = per_op([&](std::uint8_t* p, std::size_t i) {
+    f.nt64_sfence_ns = fastest_ns_per_op(reps, n, [&](std::size_t i) {
         line[0] = static_cast<std::uint8_t>(i);
-        pmem_memcpy(p, line, 64, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
+        pmem_memcpy(at(i), line, 64, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
         pmem_drain();
     });
     ::munmap(m, size);

@@ -379,7 +379,7 @@ public:
                 s.owner.store(static_cast<std::int32_t>(slot), std::memory_order_relaxed);
                 s.hint = 0;
                 l.lists[cls].push_back(i);
-                if (refill_empty(l.stashes[cls], i))
+                if (refill(l.stashes[cls], i))
                     return hand_out(l.stashes[cls]);
             }
         } while (scan_next_used());
@@ -400,7 +400,7 @@ public:
         s.owner.store(static_cast<std::int32_t>(slot), std::memory_order_relaxed);
         --arena_of(idx).free_count;
         l.lists[cls].push_back(idx);
-        (void)refill_empty(l.stashes[cls], idx); // a fresh superblock has room
+        (void)refill(l.stashes[cls], idx); // a fresh superblock has room
         c = hand_out(l.stashes[cls]);
         c.fresh = true;
         return c;
@@ -711,11 +711,12 @@ private:
         return c;
     }
 
-    /// Fills an empty stash with the free blocks of the first bitmap word of superblock i that
-    /// has any, from its hint on (the local lock of its owner held); false if it has none.
-    /// Only the owner sets bits, others only clear them: the exchange takes every bit that was
-    /// free, and `used` counts them right after.
+    /// Fills the stash with the free blocks of the first bitmap word of superblock i that has
+    /// any, from its hint on (the local lock of its owner held); false if it has none. Blocks
+    /// the stash still held go back first. Only the owner sets bits, others only clear them:
+    /// the exchange takes every bit that was free, and `used` counts them right after.
     bool refill(stash& st, std::uint32_t i) noexcept {
+        drop_stash(st);
         superblock_state& s = sb(i);
         if (s.used.load(std::memory_order_relaxed) >= s.blocks())
             return false;
@@ -736,11 +737,6 @@ private:
             return true;
         }
         return false;
-    }
-    /// refill for a stash that may hold blocks of another superblock: gives those back first.
-    bool refill_empty(stash& st, std::uint32_t i) noexcept {
-        drop_stash(st);
-        return refill(st, i);
     }
 
     /// Gives a stash's blocks back to their superblock (its owner's local lock held): all of
