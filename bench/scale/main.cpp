@@ -327,6 +327,7 @@ int main(int argc, char** argv) {
     h.accounts = o.cfg.accounts;
     h.hot = o.cfg.hot;
     h.seed = o.cfg.seed;
+    h.msync = o.cfg.durability == tlptm::durability::msync;
     h.pool_path = o.cfg.pool_path;
     h.load_before = load_average();
 #ifdef TLPTM_SCALE_PMEMOBJ_VERSION
@@ -420,6 +421,8 @@ int main(int argc, char** argv) {
                         p.throughputs.push_back(r.throughput());
                         p.ops += r.ops;
                         p.aborts += r.aborts;
+                        p.fences += r.fences;
+                        p.msync_calls += r.msync_calls;
                     } else {
                         p.errors.push_back(r.error);
                         ++failures;

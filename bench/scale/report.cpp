@@ -12,6 +12,11 @@ namespace tlptm_scale {
 
 namespace {
 
+/// n per operation (0 when there was none).
+double per_op(std::uint64_t n, std::uint64_t ops) {
+    return ops ? static_cast<double>(n) / static_cast<double>(ops) : 0.0;
+}
+
 /// "1.23M", "456.7k", "89.0": a rate for the console.
 std::string human(double v) {
     char buf[32];
@@ -121,8 +126,9 @@ void analyse(scale_series& s, unsigned cores) {
 void print_series(std::FILE* out, const scale_series& s, const scale_header& h) {
     std::fprintf(out, "\n== %s (%s), %s ==\n", s.workload.c_str(), s.description.c_str(),
                  s.backend.c_str());
-    std::fprintf(out, "%8s %11s %10s %10s %25s %8s %6s %15s %10s\n", "threads", "mean tx/s", "sd",
-                 "se", "95% CI of the mean", "rel.err", "S(p)", "95% CI of S", "aborts/tx");
+    std::fprintf(out, "%8s %11s %10s %10s %25s %8s %6s %15s %10s%s\n", "threads", "mean tx/s", "sd",
+                 "se", "95% CI of the mean", "rel.err", "S(p)", "95% CI of S", "aborts/tx",
+                 h.msync ? "   msync/tx" : "");
     bool any_over = false;
     for (const scale_point& p : s.points) {
         any_over = any_over || p.oversubscribed;
@@ -136,11 +142,13 @@ void print_series(std::FILE* out, const scale_series& s, const scale_header& h) 
                       human(p.x.ci_hi).c_str());
         char sci[40];
         std::snprintf(sci, sizeof sci, "[%.2f, %.2f]", p.speedup_lo, p.speedup_hi);
-        const double aborts =
-            p.ops ? static_cast<double>(p.aborts) / static_cast<double>(p.ops) : 0.0;
-        std::fprintf(out, "%6u %s %11s %10s %10s %25s %7.1f%% %6.2f %15s %10.4f\n", p.threads,
+        const double aborts = per_op(p.aborts, p.ops);
+        std::fprintf(out, "%6u %s %11s %10s %10s %25s %7.1f%% %6.2f %15s %10.4f", p.threads,
                      p.oversubscribed ? "*" : " ", human(p.x.mean).c_str(), human(p.x.sd).c_str(),
                      human(p.x.se).c_str(), ci, 100 * p.x.relative_error(), p.speedup, sci, aborts);
+        if (h.msync)
+            std::fprintf(out, " %10.3f", per_op(p.msync_calls, p.ops));
+        std::fputc('\n', out);
         for (const std::string& e : p.errors)
             std::fprintf(out, "         FAILED repetition: %s\n", e.c_str());
     }
@@ -218,19 +226,19 @@ std::string write_csv(const std::string& path, const std::vector<scale_series>& 
         std::fprintf(f.get(),
                      "workload,backend,threads,cores,oversubscribed,reps,mean_tx_s,sd_tx_s,"
                      "se_tx_s,ci95_lo_tx_s,ci95_hi_tx_s,rel_err,speedup,speedup_ci95_lo,"
-                     "speedup_ci95_hi,aborts_per_tx,failed_reps\n");
+                     "speedup_ci95_hi,aborts_per_tx,failed_reps,fences_per_tx,msync_per_tx\n");
         for (const scale_series& s : all)
             for (const scale_point& p : s.points)
-                std::fprintf(
-                    f.get(), "%s,%s,%u,%u,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%zu\n",
-                    s.workload.c_str(), s.backend.c_str(), p.threads, h.cores,
-                    p.oversubscribed ? "true" : "false", p.x.n, num(p.x.mean).c_str(),
-                    num(p.x.sd).c_str(), num(p.x.se).c_str(), num(p.x.ci_lo).c_str(),
-                    num(p.x.ci_hi).c_str(), num(p.x.relative_error()).c_str(),
-                    num(p.speedup).c_str(), num(p.speedup_lo).c_str(), num(p.speedup_hi).c_str(),
-                    num(p.ops ? static_cast<double>(p.aborts) / static_cast<double>(p.ops) : 0)
-                        .c_str(),
-                    p.errors.size());
+                std::fprintf(f.get(),
+                             "%s,%s,%u,%u,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%zu,%s,%s\n",
+                             s.workload.c_str(), s.backend.c_str(), p.threads, h.cores,
+                             p.oversubscribed ? "true" : "false", p.x.n, num(p.x.mean).c_str(),
+                             num(p.x.sd).c_str(), num(p.x.se).c_str(), num(p.x.ci_lo).c_str(),
+                             num(p.x.ci_hi).c_str(), num(p.x.relative_error()).c_str(),
+                             num(p.speedup).c_str(), num(p.speedup_lo).c_str(),
+                             num(p.speedup_hi).c_str(), num(per_op(p.aborts, p.ops)).c_str(),
+                             p.errors.size(), num(per_op(p.fences, p.ops)).c_str(),
+                             num(per_op(p.msync_calls, p.ops)).c_str());
         if (!finish(std::move(f)))
             return path;
     }
@@ -334,12 +342,14 @@ bool write_json(const std::string& path, const std::vector<scale_series>& all,
             std::fprintf(o,
                          "], \"mean\": %s, \"sd\": %s, \"se\": %s, \"ci95\": [%s, %s], "
                          "\"speedup\": %s, \"speedup_ci95\": [%s, %s], \"ops\": %llu, "
-                         "\"aborts\": %llu, \"errors\": [",
+                         "\"aborts\": %llu, \"fences\": %llu, \"msync_calls\": %llu, \"errors\": [",
                          num(p.x.mean).c_str(), num(p.x.sd).c_str(), num(p.x.se).c_str(),
                          num(p.x.ci_lo).c_str(), num(p.x.ci_hi).c_str(), num(p.speedup).c_str(),
                          num(p.speedup_lo).c_str(), num(p.speedup_hi).c_str(),
                          static_cast<unsigned long long>(p.ops),
-                         static_cast<unsigned long long>(p.aborts));
+                         static_cast<unsigned long long>(p.aborts),
+                         static_cast<unsigned long long>(p.fences),
+                         static_cast<unsigned long long>(p.msync_calls));
             for (std::size_t i = 0; i < p.errors.size(); ++i)
                 std::fprintf(o, "%s%s", i ? ", " : "", json_string(p.errors[i]).c_str());
             std::fprintf(o, "]}");

@@ -15,13 +15,14 @@ namespace tlptm_scale {
 /// One thread count of a series: the throughput of every repetition and their summary.
 struct scale_point {
     unsigned threads = 1;
-    bool oversubscribed = false;           ///< more threads than cores
-    std::vector<double> throughputs;       ///< tx/s of each verified repetition
-    std::uint64_t ops = 0, aborts = 0;     ///< summed over the repetitions
-    std::vector<std::string> errors;       ///< repetitions that failed (not in throughputs)
-    sample_summary x;                      ///< of throughputs
-    double speedup = 0;                    ///< x.mean / X(1)
-    double speedup_lo = 0, speedup_hi = 0; ///< 95 % interval (error propagation of both means)
+    bool oversubscribed = false;               ///< more threads than cores
+    std::vector<double> throughputs;           ///< tx/s of each verified repetition
+    std::uint64_t ops = 0, aborts = 0;         ///< summed over the repetitions
+    std::uint64_t fences = 0, msync_calls = 0; ///< summed over the repetitions (tlptm)
+    std::vector<std::string> errors;           ///< repetitions that failed (not in throughputs)
+    sample_summary x;                          ///< of throughputs
+    double speedup = 0;                        ///< x.mean / X(1)
+    double speedup_lo = 0, speedup_hi = 0;     ///< 95 % interval (error propagation of both means)
 };
 
 /// One workload on one backend over all thread counts, and its USL fit.
@@ -44,6 +45,7 @@ struct scale_header {
     std::uint64_t keys = 0, range = 0, accounts = 0, hot = 0;
     std::uint64_t seed = 1;
     std::string pool_path;
+    bool msync = false; ///< tlptm's durability is msync: the tables show msync calls per tx
     std::string pmemobj_version;              ///< "" when PMDK was not built
     double load_before = -1, load_after = -1; ///< 1-minute load averages (-1: unknown)
 };

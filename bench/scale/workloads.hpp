@@ -126,7 +126,10 @@ struct run_outcome {
     std::uint64_t ops = 0;    ///< operations (transactions) completed
     double seconds = 0;       ///< from the start signal to the last worker's stop
     std::uint64_t aborts = 0; ///< tlptm: transactions aborted (conflicts); PMDK: 0
-    std::string error;        ///< an exception or a failed check; "" if verified
+    std::uint64_t fences = 0; ///< tlptm: fences (each one persistence round trip); PMDK: 0
+    /// tlptm, durability msync: msync calls (fences running together share one); else 0
+    std::uint64_t msync_calls = 0;
+    std::string error; ///< an exception or a failed check; "" if verified
 
     double throughput() const noexcept {
         return seconds > 0 ? static_cast<double>(ops) / seconds : 0;
@@ -492,7 +495,10 @@ run_outcome measure(const What& what, const scale_config& cfg, unsigned threads)
         std::vector<typename Run::state> states;
         const tlptm::stats before = run.stats();
         out = run_timed(run, states, threads, cfg.seconds, cfg.pin);
-        out.aborts = (run.stats() - before).tx_aborted;
+        const tlptm::stats d = run.stats() - before;
+        out.aborts = d.tx_aborted;
+        out.fences = d.fences;
+        out.msync_calls = d.msync_calls;
         if (out.error.empty())
             out.error = run.verify(states);
     } catch (const std::exception& e) {

@@ -13,9 +13,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -195,11 +199,269 @@ inline void flush_cpu_lines(const void* addr, std::size_t n) noexcept {
 #endif
 }
 
+/// Pages [first, second) of the pool, page-aligned, waiting for msync.
+using page_range = std::pair<std::uintptr_t, std::uintptr_t>;
+
+/// Group commit for msync mode: threads that fence at the same time share one msync.
+///
+/// A fence hands its thread's page ranges to the batch that is forming. If no sync is running,
+/// the thread leads: it takes the whole batch and makes it durable with one call while later
+/// fences form the next batch; otherwise it waits. A fence returns once a call that held its
+/// ranges has returned (every such call began after the ranges were handed in). On a file
+/// system each msync costs a write to the device and a cache flush, so N threads committing
+/// together pay about one msync instead of N.
+///
+/// Gathering: threads that commit in a loop would otherwise alternate, each leading a batch of
+/// its own (a waiter leads the moment the call before it returns, while that call's leader is
+/// still running its next transaction). So a leader first waits for the threads that joined one
+/// of the last two batches to join this one, at most as long as the last call took: a fence
+/// waits at most one more call, and a thread that stopped committing is waited for at most
+/// twice.
+///
+/// Grouping costs each waiter a sleep and a wake-up (a futex round trip, some microseconds).
+/// Where msync is cheaper than that (a file in RAM, tmpfs: about a microsecond), every fence
+/// makes its own call, as if there were no group; the group forms once the calls' average
+/// duration reaches `group_above` (50 us by default) and dissolves when it falls below.
+///
+/// Whether grouping pays on slow calls depends on the file system: where the kernel overlaps
+/// concurrent calls and batches their journal commits itself (ext4 with a journal), separate
+/// calls were faster than one shared call; where each call flushes the device on its own (ext4
+/// without a journal), one shared call was faster (docs/design.md). So, adaptively, the group
+/// measures fences per second in windows of 64 fences, grouped and separate in turn at first,
+/// then keeps the faster way and tries the other one window in eight.
+///
+/// A failed call fails every fence of its batch and every fence after it: durability is lost
+/// and the pool is poisoned (pool_state::guarded), so no later batch is synced as if it were.
+class sync_group {
+public:
+    /// Makes the ranges durable: 0, or an errno. Called unlocked, on several threads at once
+    /// when fences make separate calls.
+    using sync_fn = int (*)(std::span<const page_range> ranges, void* arg) noexcept;
+
+    /// How fences share calls.
+    enum class grouping : std::uint8_t {
+        adaptive, ///< separate while calls are short; else whichever way measures faster
+        always,   ///< every fence joins a batch (tests)
+    };
+
+    static constexpr std::chrono::microseconds default_group_above{50};
+    static constexpr std::uint64_t window = 64;     ///< fences per measuring window
+    static constexpr std::uint64_t probe_every = 8; ///< windows: one of them tries the other way
+
+    explicit sync_group(sync_fn fn = &msync_hull, void* arg = nullptr,
+                        grouping g = grouping::adaptive,
+                        std::chrono::steady_clock::duration group_above = default_group_above)
+        : fn_(fn), arg_(arg), grouping_(g), group_above_(group_above) {}
+    sync_group(const sync_group&) = delete;
+    sync_group& operator=(const sync_group&) = delete;
+
+    /// Returns once `ranges` are durable, having emptied it, with the number of sync calls this
+    /// thread made: 1 if it called alone or led its batch, 0 if another thread's call synced it
+    /// (a thread only ever leads the batch that holds its own ranges: the batch forms until a
+    /// leader takes it).
+    /// @throw tlptm::error a sync call of this batch or an earlier one failed
+    std::uint64_t sync(std::vector<page_range>& ranges) {
+        if (ranges.empty())
+            return 0;
+        std::unique_lock lk(m_);
+        if (failed_ != 0) {
+            ranges.clear();
+            throw_failed();
+        }
+        if (separate()) { // a call of its own
+            lk.unlock();
+            const auto start = std::chrono::steady_clock::now();
+            const int err = fn_(ranges, arg_);
+            const auto took = std::chrono::steady_clock::now() - start;
+            ranges.clear();
+            lk.lock();
+            note_call(took);
+            if (err != 0) {
+                if (failed_ == 0) {
+                    failed_ = err;
+                    failed_batch_ = forming_; // grouped fences still waiting fail too
+                }
+                cv_.notify_all();
+                throw_failed();
+            }
+            count_fence();
+            return 1;
+        }
+        forming_ranges_.insert(forming_ranges_.end(), ranges.begin(), ranges.end());
+        ranges.clear();
+        join(&ranges); // each thread has its own list: it names the thread
+        const std::uint64_t mine = forming_;
+        std::uint64_t calls = 0;
+        while (done_ < mine && failed_ == 0) {
+            if (leading_) {
+                cv_.wait(lk);
+                continue;
+            }
+            // Lead the forming batch (it holds this thread's ranges: only a leader takes one).
+            leading_ = true;
+            gather(lk);
+            const std::uint64_t batch = forming_++;
+            members_ = 0;
+            batch_.swap(forming_ranges_);
+            lk.unlock();
+            const auto start = std::chrono::steady_clock::now();
+            const int err = fn_(batch_, arg_);
+            const auto took = std::chrono::steady_clock::now() - start;
+            ++calls;
+            batch_.clear();
+            lk.lock();
+            note_call(took);
+            leading_ = false;
+            done_ = batch;
+            if (err != 0) {
+                failed_ = err;
+                failed_batch_ = batch;
+            }
+            cv_.notify_all();
+        }
+        if (failed_ != 0 && mine >= failed_batch_)
+            throw_failed();
+        count_fence();
+        return calls;
+    }
+
+    /// The production call: one msync over the span from the lowest to the highest page, so a
+    /// fence costs one call however many ranges it has (msync writes back only the dirty pages
+    /// in the span; pages of the pool between the ranges are written no more often than their
+    /// own fences would write them).
+    static int msync_hull(std::span<const page_range> ranges, void*) noexcept {
+        std::uintptr_t lo = ranges.front().first, hi = ranges.front().second;
+        for (auto [l, h] : ranges) {
+            lo = std::min(lo, l);
+            hi = std::max(hi, h);
+        }
+        return ::msync(reinterpret_cast<void*>(lo), hi - lo, MS_SYNC) == 0 ? 0 : errno;
+    }
+
+    /// The fences are grouped now (for tests and measurements).
+    bool grouped() {
+        std::lock_guard lk(m_);
+        return !separate();
+    }
+
+    /// Leaders that stopped waiting for a thread that did not join in time (for tests).
+    std::uint64_t gather_timeouts() {
+        std::lock_guard lk(m_);
+        return gather_timeouts_;
+    }
+
+private:
+    struct member {
+        const void* who;     ///< the thread's pending list
+        std::uint64_t batch; ///< the last batch it joined
+    };
+
+    enum way : std::uint8_t { separate_calls, grouped_calls };
+
+    /// The next fence makes a call of its own. Under m_.
+    bool separate() const {
+        return grouping_ == grouping::adaptive &&
+               (average_ < group_above_ || way_ == separate_calls);
+    }
+
+    /// A fence returned: every `window` fences, the window's rate is the way's figure, and the
+    /// next window takes the faster way, or the other one to measure it. Under m_.
+    void count_fence() {
+        if (grouping_ != grouping::adaptive || average_ < group_above_) {
+            window_fences_ = 0; // short calls: no choice to make
+            return;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (window_fences_++ == 0) {
+            window_start_ = now;
+            return;
+        }
+        if (window_fences_ <= window)
+            return;
+        const double seconds = std::chrono::duration<double>(now - window_start_).count();
+        const double r = static_cast<double>(window) / std::max(seconds, 1e-9);
+        rate_[way_] = rate_[way_] == 0 ? r : (rate_[way_] + r) / 2;
+        const way best =
+            rate_[grouped_calls] >= rate_[separate_calls] ? grouped_calls : separate_calls;
+        const way other = best == grouped_calls ? separate_calls : grouped_calls;
+        way_ = rate_[other] == 0 || ++windows_ % probe_every == 0 ? other : best;
+        window_fences_ = 0;
+    }
+
+    /// A call took `took`: the gathering bound and the average that decides grouping. Under m_.
+    void note_call(std::chrono::steady_clock::duration took) {
+        last_call_ = took;
+        average_ = average_.count() == 0 ? took : (7 * average_ + took) / 8;
+    }
+
+    /// Counts the caller in the forming batch. Under m_.
+    void join(const void* who) {
+        ++members_;
+        auto it = std::find_if(recent_.begin(), recent_.end(),
+                               [&](const member& m) { return m.who == who; });
+        if (it == recent_.end())
+            recent_.push_back({who, forming_});
+        else
+            it->batch = forming_;
+        if (gathering_)
+            joined_.notify_one();
+    }
+
+    /// Before the leader takes the forming batch: waits until every thread that joined one of
+    /// the last two batches has joined it too, at most as long as the last call took. Under m_.
+    void gather(std::unique_lock<std::mutex>& lk) {
+        std::size_t active = 0;
+        std::erase_if(recent_, [&](const member& m) { return m.batch + 64 < forming_; });
+        for (const member& m : recent_)
+            active += m.batch + 2 >= forming_;
+        if (members_ >= active || last_call_.count() == 0)
+            return;
+        gathering_ = true;
+        const auto until = std::chrono::steady_clock::now() + last_call_;
+        while (members_ < active)
+            if (joined_.wait_until(lk, until) == std::cv_status::timeout) {
+                gather_timeouts_ += members_ < active;
+                break;
+            }
+        gathering_ = false;
+    }
+
+    [[noreturn]] void throw_failed() const {
+        throw error(std::string("tlptm: msync failed, the pool's durability is lost: ") +
+                    std::strerror(failed_));
+    }
+
+    sync_fn fn_;
+    void* arg_;
+    const grouping grouping_;
+    const std::chrono::steady_clock::duration group_above_;
+    std::mutex m_;
+    std::condition_variable cv_;             ///< a call returned
+    std::condition_variable joined_;         ///< a thread joined the batch a leader gathers
+    std::vector<page_range> forming_ranges_; ///< the forming batch (under m_)
+    std::vector<member> recent_;             ///< threads that joined lately
+    std::size_t members_ = 0;                ///< threads in the forming batch
+    std::chrono::steady_clock::duration last_call_{0}; ///< the last call's duration
+    std::chrono::steady_clock::duration average_{0};   ///< of the calls (moving average)
+    std::uint64_t gather_timeouts_ = 0;
+    way way_ = grouped_calls; ///< on slow calls (adaptive)
+    double rate_[2] = {0, 0}; ///< fences per second measured each way (0: not yet)
+    std::uint64_t window_fences_ = 0, windows_ = 0;
+    std::chrono::steady_clock::time_point window_start_;
+    bool gathering_ = false;         ///< a leader waits in gather()
+    std::vector<page_range> batch_;  ///< the batch being synced (its leader's only)
+    std::uint64_t forming_ = 1;      ///< number of the forming batch
+    std::uint64_t done_ = 0;         ///< the last batch whose call returned
+    std::uint64_t failed_batch_ = 0; ///< the first batch whose call failed
+    int failed_ = 0;                 ///< its errno; 0 while none failed
+    bool leading_ = false;           ///< a call is running
+};
+
 /// Per-thread persistence state: the thread's counters and, in msync mode, the page ranges
 /// flushed since the last fence.
 struct persist_ctx {
     thread_counters counters;
-    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> msync_pending;
+    std::vector<page_range> msync_pending;
     /// Flushes or non-temporal stores issued since the last fence (for round-trip counting).
     bool pending = false;
 };
@@ -221,9 +483,12 @@ public:
 
     persistence() = default;
     persistence(kind k, persist_policy* override_policy, std::uint32_t write_ns,
-                log_write lw = log_write::non_temporal) noexcept
+                log_write lw = log_write::non_temporal)
         : kind_(k), override_(override_policy), write_ns_(write_ns),
-          store_log_(lw == log_write::store_and_flush) {}
+          store_log_(lw == log_write::store_and_flush) {
+        if (k == kind::msync && override_policy == nullptr)
+            group_ = std::make_shared<sync_group>();
+    }
 
     kind mode() const noexcept { return kind_; }
     std::uint32_t write_ns() const noexcept { return write_ns_; }
@@ -319,7 +584,7 @@ public:
             pmem_drain();
 #endif
         } else {
-            drain_msync(ctx);
+            thread_counters::add(ctx.counters.msync_calls, group_->sync(ctx.msync_pending));
         }
     }
 
@@ -348,22 +613,12 @@ private:
         ctx.msync_pending.emplace_back(lo, hi);
     }
 
-    static void drain_msync(persist_ctx& ctx) {
-        for (auto [lo, hi] : ctx.msync_pending) {
-            if (::msync(reinterpret_cast<void*>(lo), hi - lo, MS_SYNC) != 0) {
-                int err = errno;
-                ctx.msync_pending.clear();
-                throw error(std::string("tlptm: msync failed, the pool's durability is lost: ") +
-                            std::strerror(err));
-            }
-        }
-        ctx.msync_pending.clear();
-    }
-
     kind kind_ = kind::cpu;
     persist_policy* override_ = nullptr;
     std::uint32_t write_ns_ = 0;
     bool store_log_ = false; ///< log_write::store_and_flush
+    /// msync mode: the threads' fences, grouped (shared: persistence is copied on open)
+    std::shared_ptr<sync_group> group_;
 };
 
 } // namespace detail

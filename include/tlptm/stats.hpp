@@ -47,7 +47,11 @@ struct stats {
     /// Lines of log entries written with ordinary stores and flushed (log_write), whole lines
     /// written back (not in flushed_lines, which counts the data's lines)
     std::uint64_t log_lines_flushed = 0;
-    std::uint64_t fences = 0;             ///< store fences (SFENCE) or msync calls standing for one
+    /// Store fences (SFENCE), or in msync mode the fences that waited for an msync of their pages
+    std::uint64_t fences = 0;
+    /// msync calls made (msync mode). Fences that run together share one call (group commit), and
+    /// one call covers all of a fence's pages, so this is at most `fences`.
+    std::uint64_t msync_calls = 0;
     std::uint64_t data_bytes_written = 0; ///< bytes written back in place at commit
     std::uint64_t aalo_bytes = 0; ///< bytes stored in place into memory the transaction allocated
     /// Persistence round trips: fences, plus locked instructions (a lock-prefixed RMW, xchg, a
@@ -75,6 +79,7 @@ struct stats {
         a.aalo_bytes -= b.aalo_bytes;
         a.round_trips -= b.round_trips;
         a.write_back_batches -= b.write_back_batches;
+        a.msync_calls -= b.msync_calls;
         return a;
     }
     friend stats operator+(stats a, const stats& b) noexcept {
@@ -90,6 +95,7 @@ struct stats {
         a.aalo_bytes += b.aalo_bytes;
         a.round_trips += b.round_trips;
         a.write_back_batches += b.write_back_batches;
+        a.msync_calls += b.msync_calls;
         return a;
     }
 };
@@ -101,7 +107,7 @@ namespace detail {
 struct thread_counters {
     std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
         streamed_bytes{0}, flushed_lines{0}, log_lines_flushed{0}, fences{0}, data_bytes_written{0},
-        aalo_bytes{0}, round_trips{0}, write_back_batches{0};
+        aalo_bytes{0}, round_trips{0}, write_back_batches{0}, msync_calls{0};
 
     [[gnu::always_inline]] static void add(std::atomic<std::uint64_t>& c,
                                            std::uint64_t v) noexcept {
@@ -122,6 +128,7 @@ struct thread_counters {
         s.aalo_bytes = aalo_bytes.load(std::memory_order_relaxed);
         s.round_trips = round_trips.load(std::memory_order_relaxed);
         s.write_back_batches = write_back_batches.load(std::memory_order_relaxed);
+        s.msync_calls = msync_calls.load(std::memory_order_relaxed);
         return s;
     }
 };
