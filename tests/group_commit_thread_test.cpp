@@ -266,6 +266,39 @@ TEST_CASE("a failed sync call fails every fence it held and every later fence") 
         CHECK(pending.empty());
         CHECK(rec.calls.size() == 3); // nothing is synced after the failure
     }
+    SUBCASE("two threads making separate calls") {
+        recorder rec;
+        rec.duration = std::chrono::microseconds(0); // short calls: no group
+        rec.fail_call = 40;
+        sync_group group(&recorder::sync, &rec);
+        std::atomic<unsigned> returned_unsynced{0}, threw{0};
+        std::vector<std::thread> workers;
+        for (unsigned t = 0; t < 2; ++t)
+            workers.emplace_back([&, t] {
+                std::vector<page_range> pending;
+                for (unsigned k = 0; k < 100; ++k) {
+                    const page_range mine = unique_range(t, k);
+                    pending = {mine};
+                    try {
+                        group.sync(pending);
+                    } catch (const tlptm::error&) {
+                        ++threw;
+                        continue;
+                    }
+                    const recorder::call* c = rec.holder(mine.first);
+                    std::lock_guard lk(rec.m);
+                    if (c == nullptr || c->failed || !c->returned)
+                        ++returned_unsynced;
+                }
+            });
+        for (auto& w : workers)
+            w.join();
+        CHECK(returned_unsynced == 0);
+        CHECK_FALSE(group.grouped());
+        // Only calls that succeeded returned fences (one each): every other fence threw.
+        CHECK(threw + rec.calls.size() - 1 >= 200);
+        CHECK(threw >= 1);
+    }
     SUBCASE("four threads") {
         recorder rec;
         rec.fail_call = 5;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -263,6 +264,20 @@ public:
     std::uint64_t sync(std::vector<page_range>& ranges) {
         if (ranges.empty())
             return 0;
+        // Short calls (a file in RAM): a call of its own, without the lock.
+        if (grouping_ == grouping::adaptive && short_calls() &&
+            !any_failed_.load(std::memory_order_acquire)) {
+            const auto start = std::chrono::steady_clock::now();
+            const int err = fn_(ranges, arg_);
+            average(std::chrono::steady_clock::now() - start);
+            ranges.clear();
+            if (err != 0) {
+                std::lock_guard lk(m_);
+                fail(err, forming_);
+                throw_failed();
+            }
+            return 1;
+        }
         std::unique_lock lk(m_);
         if (failed_ != 0) {
             ranges.clear();
@@ -277,11 +292,7 @@ public:
             lk.lock();
             note_call(took);
             if (err != 0) {
-                if (failed_ == 0) {
-                    failed_ = err;
-                    failed_batch_ = forming_; // grouped fences still waiting fail too
-                }
-                cv_.notify_all();
+                fail(err, forming_); // grouped fences still waiting fail too
                 throw_failed();
             }
             count_fence();
@@ -292,11 +303,13 @@ public:
         join(&ranges); // each thread has its own list: it names the thread
         const std::uint64_t mine = forming_;
         std::uint64_t calls = 0;
-        while (done_ < mine && failed_ == 0) {
+        while (done_ < mine) {
             if (leading_) {
                 cv_.wait(lk);
                 continue;
             }
+            if (failed_ != 0)
+                break; // no batch is synced after a failure
             // Lead the forming batch (it holds this thread's ranges: only a leader takes one).
             leading_ = true;
             gather(lk);
@@ -313,13 +326,12 @@ public:
             note_call(took);
             leading_ = false;
             done_ = batch;
-            if (err != 0) {
-                failed_ = err;
-                failed_batch_ = batch;
-            }
+            if (err != 0)
+                fail(err, batch);
             cv_.notify_all();
         }
-        if (failed_ != 0 && mine >= failed_batch_)
+        // Its batch was not synced, or its call (or an earlier one) failed.
+        if (failed_ != 0 && (done_ < mine || mine >= failed_batch_))
             throw_failed();
         count_fence();
         return calls;
@@ -360,14 +372,13 @@ private:
 
     /// The next fence makes a call of its own. Under m_.
     bool separate() const {
-        return grouping_ == grouping::adaptive &&
-               (average_ < group_above_ || way_ == separate_calls);
+        return grouping_ == grouping::adaptive && (short_calls() || way_ == separate_calls);
     }
 
     /// A fence returned: every `window` fences, the window's rate is the way's figure, and the
     /// next window takes the faster way, or the other one to measure it. Under m_.
     void count_fence() {
-        if (grouping_ != grouping::adaptive || average_ < group_above_) {
+        if (grouping_ != grouping::adaptive || short_calls()) {
             window_fences_ = 0; // short calls: no choice to make
             return;
         }
@@ -388,10 +399,22 @@ private:
         window_fences_ = 0;
     }
 
+    bool short_calls() const {
+        return average_ns_.load(std::memory_order_relaxed) <
+               std::chrono::duration_cast<std::chrono::nanoseconds>(group_above_).count();
+    }
+
+    void average(std::chrono::steady_clock::duration took) {
+        const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+        const std::int64_t a = average_ns_.load(std::memory_order_relaxed);
+        average_ns_.store(a == 0 ? std::max<std::int64_t>(ns, 1) : (7 * a + ns) / 8,
+                          std::memory_order_relaxed);
+    }
+
     /// A call took `took`: the gathering bound and the average that decides grouping. Under m_.
     void note_call(std::chrono::steady_clock::duration took) {
         last_call_ = took;
-        average_ = average_.count() == 0 ? took : (7 * average_ + took) / 8;
+        average(took);
     }
 
     /// Counts the caller in the forming batch. Under m_.
@@ -426,6 +449,15 @@ private:
         gathering_ = false;
     }
 
+    /// A call failed: batch `batch` and every later one fail. Under m_.
+    void fail(int err, std::uint64_t batch) {
+        if (failed_ == 0)
+            failed_ = err;
+        any_failed_.store(true, std::memory_order_release);
+        failed_batch_ = std::min(failed_batch_, batch);
+        cv_.notify_all();
+    }
+
     [[noreturn]] void throw_failed() const {
         throw error(std::string("tlptm: msync failed, the pool's durability is lost: ") +
                     std::strerror(failed_));
@@ -442,19 +474,23 @@ private:
     std::vector<member> recent_;             ///< threads that joined lately
     std::size_t members_ = 0;                ///< threads in the forming batch
     std::chrono::steady_clock::duration last_call_{0}; ///< the last call's duration
-    std::chrono::steady_clock::duration average_{0};   ///< of the calls (moving average)
+    /// Moving average of the calls' durations, ns. Atomic: short calls update it unlocked (a
+    /// lost update of the estimate does no harm).
+    std::atomic<std::int64_t> average_ns_{0};
     std::uint64_t gather_timeouts_ = 0;
     way way_ = grouped_calls; ///< on slow calls (adaptive)
     double rate_[2] = {0, 0}; ///< fences per second measured each way (0: not yet)
     std::uint64_t window_fences_ = 0, windows_ = 0;
     std::chrono::steady_clock::time_point window_start_;
-    bool gathering_ = false;         ///< a leader waits in gather()
-    std::vector<page_range> batch_;  ///< the batch being synced (its leader's only)
-    std::uint64_t forming_ = 1;      ///< number of the forming batch
-    std::uint64_t done_ = 0;         ///< the last batch whose call returned
-    std::uint64_t failed_batch_ = 0; ///< the first batch whose call failed
-    int failed_ = 0;                 ///< its errno; 0 while none failed
-    bool leading_ = false;           ///< a call is running
+    bool gathering_ = false;                         ///< a leader waits in gather()
+    std::vector<page_range> batch_;                  ///< the batch being synced (its leader's only)
+    std::uint64_t forming_ = 1;                      ///< number of the forming batch
+    std::uint64_t done_ = 0;                         ///< the last batch whose call returned
+    std::uint64_t failed_batch_ = ~std::uint64_t{0}; ///< the first batch that failed
+    int failed_ = 0;
+    std::atomic<bool> any_failed_{false}; ///< failed_ != 0, for the unlocked path ///< its errno; 0
+                                          ///< while none failed
+    bool leading_ = false; ///< a call is running
 };
 
 /// Per-thread persistence state: the thread's counters and, in msync mode, the page ranges
