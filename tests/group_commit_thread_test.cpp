@@ -250,6 +250,40 @@ TEST_CASE("one thread: every fence with pages is one sync call, a fence without 
     }
 }
 
+struct failure_counts {
+    unsigned wrong = 0; ///< returned though its call failed or never returned, or threw though
+                        ///< its call succeeded
+    unsigned threw = 0;
+};
+
+/// `threads` threads make 100 fences each while a call of the recorder fails.
+failure_counts fence_through_failure(sync_group& group, recorder& rec, unsigned threads) {
+    std::atomic<unsigned> wrong{0}, threw{0};
+    std::vector<std::thread> workers;
+    for (unsigned t = 0; t < threads; ++t)
+        workers.emplace_back([&, t] {
+            std::vector<page_range> pending;
+            for (unsigned k = 0; k < 100; ++k) {
+                const page_range mine = unique_range(t, k);
+                pending = {mine};
+                bool ok = true;
+                try {
+                    group.sync(pending);
+                } catch (const tlptm::error&) {
+                    ++threw;
+                    ok = false;
+                }
+                const recorder::call* c = rec.holder(mine.first);
+                std::lock_guard lk(rec.m);
+                if (ok ? c == nullptr || c->failed || !c->returned : c != nullptr && !c->failed)
+                    ++wrong;
+            }
+        });
+    for (auto& w : workers)
+        w.join();
+    return {wrong.load(), threw.load()};
+}
+
 TEST_CASE("a failed sync call fails every fence it held and every later fence") {
     SUBCASE("one thread") {
         recorder rec;
@@ -274,70 +308,22 @@ TEST_CASE("a failed sync call fails every fence it held and every later fence") 
         rec.fail_call = 40;
         sync_group group(&recorder::sync, &rec, sync_group::grouping::adaptive,
                          std::chrono::milliseconds(10));
-        std::atomic<unsigned> returned_unsynced{0}, threw{0};
-        std::vector<std::thread> workers;
-        for (unsigned t = 0; t < 2; ++t)
-            workers.emplace_back([&, t] {
-                std::vector<page_range> pending;
-                for (unsigned k = 0; k < 100; ++k) {
-                    const page_range mine = unique_range(t, k);
-                    pending = {mine};
-                    try {
-                        group.sync(pending);
-                    } catch (const tlptm::error&) {
-                        ++threw;
-                        continue;
-                    }
-                    const recorder::call* c = rec.holder(mine.first);
-                    std::lock_guard lk(rec.m);
-                    if (c == nullptr || c->failed || !c->returned)
-                        ++returned_unsynced;
-                }
-            });
-        for (auto& w : workers)
-            w.join();
-        CHECK(returned_unsynced == 0);
+        const failure_counts n = fence_through_failure(group, rec, 2);
+        CHECK(n.wrong == 0);
         CHECK_FALSE(group.grouped());
         // Only calls that succeeded returned fences (one each): every other fence threw.
-        CHECK(threw + rec.calls.size() - 1 >= 200);
-        CHECK(threw >= 1);
+        CHECK(n.threw + rec.calls.size() - 1 >= 200);
+        CHECK(n.threw >= 1);
     }
     SUBCASE("four threads") {
         recorder rec;
         rec.fail_call = 5;
         sync_group group(&recorder::sync, &rec, always);
-        constexpr unsigned threads = 4;
-        std::atomic<unsigned> returned_unsynced{0}, threw{0};
-        std::vector<std::thread> workers;
-        for (unsigned t = 0; t < threads; ++t)
-            workers.emplace_back([&, t] {
-                std::vector<page_range> pending;
-                for (unsigned k = 0; k < 100; ++k) {
-                    const page_range mine = unique_range(t, k);
-                    pending = {mine};
-                    try {
-                        group.sync(pending);
-                    } catch (const tlptm::error&) {
-                        ++threw;
-                        const recorder::call* c = rec.holder(mine.first);
-                        std::lock_guard lk(rec.m);
-                        // Its own call failed, or its pages were never synced.
-                        if (c != nullptr && !c->failed)
-                            ++returned_unsynced;
-                        continue;
-                    }
-                    const recorder::call* c = rec.holder(mine.first);
-                    std::lock_guard lk(rec.m);
-                    if (c == nullptr || c->failed || !c->returned)
-                        ++returned_unsynced;
-                }
-            });
-        for (auto& w : workers)
-            w.join();
-        CHECK(returned_unsynced == 0);
+        const failure_counts n = fence_through_failure(group, rec, 4);
+        CHECK(n.wrong == 0);
         CHECK(rec.calls.size() == 6); // calls 0..5, none after the failed one
-        CHECK(threw >= 1);
-        CHECK(threw <= threads * 100 - 5); // the five good calls held at least five fences
+        CHECK(n.threw >= 1);
+        CHECK(n.threw <= 4 * 100 - 5); // the five good calls held at least five fences
     }
 }
 

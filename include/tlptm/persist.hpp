@@ -264,39 +264,26 @@ public:
     std::uint64_t sync(std::vector<page_range>& ranges) {
         if (ranges.empty())
             return 0;
-        // Short calls (a file in RAM): a call of its own, without the lock.
-        if (grouping_ == grouping::adaptive && short_calls() &&
-            !any_failed_.load(std::memory_order_acquire)) {
-            const auto start = std::chrono::steady_clock::now();
-            const int err = fn_(ranges, arg_);
-            average(std::chrono::steady_clock::now() - start);
+        // A call of its own (short calls, or the adaptive choice): decided without the lock,
+        // which short calls never take.
+        if (separate() && failed_.load(std::memory_order_acquire) == 0) {
+            const auto [took, err] = timed_call(ranges);
             ranges.clear();
-            if (err != 0) {
-                std::lock_guard lk(m_);
-                fail(err, forming_);
-                throw_failed();
-            }
-            return 1;
-        }
-        std::unique_lock lk(m_);
-        if (failed_ != 0) {
-            ranges.clear();
-            throw_failed();
-        }
-        if (separate()) { // a call of its own
-            lk.unlock();
-            const auto start = std::chrono::steady_clock::now();
-            const int err = fn_(ranges, arg_);
-            const auto took = std::chrono::steady_clock::now() - start;
-            ranges.clear();
-            lk.lock();
-            note_call(took);
+            if (err == 0 && short_calls())
+                return 1;
+            std::lock_guard lk(m_);
+            last_call_ = took;
             if (err != 0) {
                 fail(err, forming_); // grouped fences still waiting fail too
                 throw_failed();
             }
             count_fence();
             return 1;
+        }
+        std::unique_lock lk(m_);
+        if (failed_ != 0) {
+            ranges.clear();
+            throw_failed();
         }
         forming_ranges_.insert(forming_ranges_.end(), ranges.begin(), ranges.end());
         ranges.clear();
@@ -317,13 +304,11 @@ public:
             members_ = 0;
             batch_.swap(forming_ranges_);
             lk.unlock();
-            const auto start = std::chrono::steady_clock::now();
-            const int err = fn_(batch_, arg_);
-            const auto took = std::chrono::steady_clock::now() - start;
+            const auto [took, err] = timed_call(batch_);
             ++calls;
             batch_.clear();
             lk.lock();
-            note_call(took);
+            last_call_ = took;
             leading_ = false;
             done_ = batch;
             if (err != 0)
@@ -370,9 +355,11 @@ private:
 
     enum way : std::uint8_t { separate_calls, grouped_calls };
 
-    /// The next fence makes a call of its own. Under m_.
+    /// The next fence makes a call of its own (read unlocked: a stale answer only picks the
+    /// other correct way for one fence).
     bool separate() const {
-        return grouping_ == grouping::adaptive && (short_calls() || way_ == separate_calls);
+        return grouping_ == grouping::adaptive &&
+               (short_calls() || way_.load(std::memory_order_relaxed) == separate_calls);
     }
 
     /// A fence returned: every `window` fences, the window's rate is the way's figure, and the
@@ -391,11 +378,13 @@ private:
             return;
         const double seconds = std::chrono::duration<double>(now - window_start_).count();
         const double r = static_cast<double>(window) / std::max(seconds, 1e-9);
-        rate_[way_] = rate_[way_] == 0 ? r : (rate_[way_] + r) / 2;
+        const way now_way = way_.load(std::memory_order_relaxed);
+        rate_[now_way] = rate_[now_way] == 0 ? r : (rate_[now_way] + r) / 2;
         const way best =
             rate_[grouped_calls] >= rate_[separate_calls] ? grouped_calls : separate_calls;
         const way other = best == grouped_calls ? separate_calls : grouped_calls;
-        way_ = rate_[other] == 0 || ++windows_ % probe_every == 0 ? other : best;
+        way_.store(rate_[other] == 0 || ++windows_ % probe_every == 0 ? other : best,
+                   std::memory_order_relaxed);
         window_fences_ = 0;
     }
 
@@ -404,17 +393,18 @@ private:
                std::chrono::duration_cast<std::chrono::nanoseconds>(group_above_).count();
     }
 
-    void average(std::chrono::steady_clock::duration took) {
+    /// Calls fn_ on the ranges (unlocked) and feeds its duration to the moving average that
+    /// decides grouping. Returns the duration and fn_'s result.
+    std::pair<std::chrono::steady_clock::duration, int>
+    timed_call(std::span<const page_range> ranges) noexcept {
+        const auto start = std::chrono::steady_clock::now();
+        const int err = fn_(ranges, arg_);
+        const auto took = std::chrono::steady_clock::now() - start;
         const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
         const std::int64_t a = average_ns_.load(std::memory_order_relaxed);
         average_ns_.store(a == 0 ? std::max<std::int64_t>(ns, 1) : (7 * a + ns) / 8,
                           std::memory_order_relaxed);
-    }
-
-    /// A call took `took`: the gathering bound and the average that decides grouping. Under m_.
-    void note_call(std::chrono::steady_clock::duration took) {
-        last_call_ = took;
-        average(took);
+        return {took, err};
     }
 
     /// Counts the caller in the forming batch. Under m_.
@@ -452,15 +442,14 @@ private:
     /// A call failed: batch `batch` and every later one fail. Under m_.
     void fail(int err, std::uint64_t batch) {
         if (failed_ == 0)
-            failed_ = err;
-        any_failed_.store(true, std::memory_order_release);
+            failed_.store(err, std::memory_order_release);
         failed_batch_ = std::min(failed_batch_, batch);
         cv_.notify_all();
     }
 
     [[noreturn]] void throw_failed() const {
         throw error(std::string("tlptm: msync failed, the pool's durability is lost: ") +
-                    std::strerror(failed_));
+                    std::strerror(failed_.load(std::memory_order_relaxed)));
     }
 
     sync_fn fn_;
@@ -478,8 +467,8 @@ private:
     /// lost update of the estimate does no harm).
     std::atomic<std::int64_t> average_ns_{0};
     std::uint64_t gather_timeouts_ = 0;
-    way way_ = grouped_calls; ///< on slow calls (adaptive)
-    double rate_[2] = {0, 0}; ///< fences per second measured each way (0: not yet)
+    std::atomic<way> way_{grouped_calls}; ///< on slow calls (adaptive); written under m_
+    double rate_[2] = {0, 0};             ///< fences per second measured each way (0: not yet)
     std::uint64_t window_fences_ = 0, windows_ = 0;
     std::chrono::steady_clock::time_point window_start_;
     bool gathering_ = false;                         ///< a leader waits in gather()
@@ -487,9 +476,9 @@ private:
     std::uint64_t forming_ = 1;                      ///< number of the forming batch
     std::uint64_t done_ = 0;                         ///< the last batch whose call returned
     std::uint64_t failed_batch_ = ~std::uint64_t{0}; ///< the first batch that failed
-    int failed_ = 0;
-    std::atomic<bool> any_failed_{false}; ///< failed_ != 0, for the unlocked path ///< its errno; 0
-                                          ///< while none failed
+    /// errno of the first failed call, 0 while none failed (written under m_, read unlocked by
+    /// fences that call on their own)
+    std::atomic<int> failed_{0};
     bool leading_ = false; ///< a call is running
 };
 
