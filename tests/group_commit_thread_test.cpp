@@ -215,7 +215,7 @@ TEST_CASE("adaptive: slow calls group on a device that takes one call at a time"
     recorder rec;
     rec.serial = true; // separate calls queue: sharing one halves the time
     sync_group group(&recorder::sync, &rec);
-    constexpr unsigned fences = 400;
+    constexpr unsigned fences = 1200; // 37 windows: a bad window is outvoted
     const unsigned own = two_committers(group, fences, 0);
     MESSAGE((2 * fences) << " fences, " << rec.calls.size() << " calls");
     CHECK(own == rec.calls.size());
@@ -227,7 +227,7 @@ TEST_CASE("adaptive: slow calls stay separate where calls overlap and cost grows
     rec.duration = std::chrono::microseconds(100);
     rec.per_range = std::chrono::microseconds(250); // a shared call costs nearly two
     sync_group group(&recorder::sync, &rec);
-    constexpr unsigned fences = 400;
+    constexpr unsigned fences = 1200; // 37 windows: a bad window is outvoted
     const unsigned own = two_committers(group, fences, 0);
     MESSAGE((2 * fences) << " fences, " << rec.calls.size() << " calls");
     CHECK(own == rec.calls.size());

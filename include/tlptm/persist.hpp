@@ -379,7 +379,7 @@ private:
         const double seconds = std::chrono::duration<double>(now - window_start_).count();
         const double r = static_cast<double>(window) / std::max(seconds, 1e-9);
         const way now_way = way_.load(std::memory_order_relaxed);
-        rate_[now_way] = rate_[now_way] == 0 ? r : (rate_[now_way] + r) / 2;
+        rate_[now_way] = r; // the latest window: one bad window misleads for at most eight
         const way best =
             rate_[grouped_calls] >= rate_[separate_calls] ? grouped_calls : separate_calls;
         const way other = best == grouped_calls ? separate_calls : grouped_calls;
