@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -527,4 +528,83 @@ TEST_CASE("AALO: a transaction allocating hundreds of nodes writes the older one
     for (list_node* x = r->head; x != nullptr; x = x->next)
         ++seen;
     CHECK(seen == n - n / 50);
+}
+
+namespace {
+
+/// Pages of [p, p + n) in the page cache (a pool file's pages exist once first written).
+std::size_t resident_pages(const void* p, std::size_t n) {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto a = reinterpret_cast<std::uintptr_t>(p) / page * page;
+    const std::size_t len = reinterpret_cast<std::uintptr_t>(p) + n - a;
+    std::vector<unsigned char> in((len + page - 1) / page);
+    REQUIRE(::mincore(reinterpret_cast<void*>(a), len, in.data()) == 0);
+    return static_cast<std::size_t>(
+        std::count_if(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; }));
+}
+
+} // namespace
+
+TEST_CASE("pool_options::populate maps a ring at its first commit and a superblock when taken") {
+    namespace d = tlptm::detail;
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    for (bool populate : {false, true}) {
+        CAPTURE(populate);
+        tlptm_test::temp_path path("populate");
+        auto o = opts();
+        o.populate = populate;
+        {
+            auto pool = tlptm::pool::create(path, o);
+            d::pool_state& st = pool.state();
+            if (populate && ::madvise(st.base, page, MADV_POPULATE_WRITE) != 0) {
+                MESSAGE("the kernel has no MADV_POPULATE_WRITE (Linux < 5.14): nothing to check");
+                return;
+            }
+            auto* r = pool.root<alloc_root>();
+            list_node* n = tlptm::atomic(pool, [&] {
+                list_node* k = tlptm::make<list_node>(list_node{7, nullptr});
+                r->head = k;
+                return k;
+            });
+            // The ring of the slot that committed: the whole ring, or the pages the commit
+            // wrote (its header and the entry).
+            const d::thread_slot* used = nullptr;
+            for (const auto& s : st.slots)
+                if (s->attached)
+                    used = s.get();
+            REQUIRE(used != nullptr);
+            const std::size_t ring_pages = used->ring.size / page;
+            REQUIRE(ring_pages > 4);
+            if (populate)
+                CHECK(resident_pages(used->ring.base, used->ring.size) == ring_pages);
+            else
+                CHECK(resident_pages(used->ring.base, used->ring.size) <= 2);
+            // The superblock the node came from (fresh: the pool had no block of its class).
+            const auto i =
+                static_cast<std::uint32_t>((st.offset_of(n) - st.heap_begin) / d::superblock_bytes);
+            const std::uint8_t* sb = st.base + st.allocator.sb_offset(i);
+            if (populate)
+                CHECK(resident_pages(sb, d::superblock_bytes) == d::superblock_bytes / page);
+            else
+                CHECK(resident_pages(sb, d::superblock_bytes) <= 2);
+            // Populating never changes what the pages hold: bytes of a later block of that
+            // superblock, written raw, survive a second populate of the superblock.
+            auto* tail = const_cast<std::uint8_t*>(sb) + d::superblock_bytes - 4096;
+            for (std::size_t k = 0; k < 4096; ++k)
+                tail[k] = static_cast<std::uint8_t>(k * 7 + 1);
+            st.populate(sb, d::superblock_bytes);
+            bool same = true;
+            for (std::size_t k = 0; k < 4096; ++k)
+                same = same && tail[k] == static_cast<std::uint8_t>(k * 7 + 1);
+            CHECK(same);
+            std::memset(tail, 0, 4096); // free blocks hold no promise, but leave it as it was
+        }
+        // A reopening populates the ring again (after recovery): the committed data is kept.
+        auto pool = tlptm::pool::open(path, o);
+        auto* r = pool.root<alloc_root>();
+        tlptm::atomic(pool, [&] { r->count = r->count + 1; });
+        REQUIRE(r->head.get() != nullptr);
+        CHECK(r->head->key.get() == 7);
+        CHECK(r->count.get() == 1);
+    }
 }

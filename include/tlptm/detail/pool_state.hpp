@@ -38,6 +38,10 @@
 #include <tlptm/options.hpp>
 #include <tlptm/persist.hpp>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 // Linux 5.14; older C libraries lack the name
+#endif
+
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
@@ -213,7 +217,8 @@ struct pool_state {
     tlptm::write_back write_back_mode = tlptm::write_back::eager;
     std::size_t write_back_lines = 0; ///< lazy: dirty lines of a slot that trigger a batch
     persistence persist;
-    bool map_sync = false; ///< mapped with MAP_SYNC (real persistent memory)
+    bool map_sync = false;        ///< mapped with MAP_SYNC (real persistent memory)
+    bool populate_on_use = false; ///< pool_options::populate in effect (see populate())
     std::uint64_t id = next_id();
 
     std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
@@ -286,6 +291,17 @@ struct pool_state {
     /// The range of in-pool pointer values (the compressed log codes them as offsets).
     pointer_range pointers() const noexcept {
         return {reinterpret_cast<std::uint64_t>(base), size};
+    }
+
+    /// pool_options::populate: maps the pages of [p, p + n) for writing in one system call, so
+    /// that the stores about to come take no page fault each. Best effort (a kernel without
+    /// MADV_POPULATE_WRITE leaves the faults to first use); never changes the contents.
+    void populate(const void* p, std::size_t n) const noexcept {
+        if (!populate_on_use || n == 0)
+            return;
+        auto a = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{4095};
+        auto e = reinterpret_cast<std::uintptr_t>(p) + n;
+        (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_POPULATE_WRITE);
     }
 
     /// CT known to be durable (I2). Every decision that relies on CT — handing out a freed
@@ -672,6 +688,7 @@ struct pool_state {
         mode = opt.mode;
         write_back_mode = opt.write_back;
         write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
+        populate_on_use = opt.populate && !opt.prefault && persist.mode() == persistence::kind::cpu;
         heap_begin = header->heap_offset;
         orecs.set_heap_begin(heap_begin);
         heap_end = header->heap_offset + header->heap_size;
@@ -751,6 +768,7 @@ struct pool_state {
     void reserve_ring(thread_slot& s, std::size_t n) {
         if (!s.attached) {
             // First use in this opening: recovery left every entry of the ring <= CT.
+            populate(s.ring.base, std::min<std::size_t>(s.ring.size, std::size_t{4} << 20));
             new_generation(s);
             s.attached = true;
             return;
@@ -938,10 +956,6 @@ inline void map_fixed(pool_state& st, std::uintptr_t addr, std::size_t size) {
     st.base = static_cast<std::uint8_t*>(got);
     st.size = size;
 }
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 /// pool_options::prefault: maps every page for writing now rather than on first touch. Best
 /// effort: a kernel without MADV_POPULATE_WRITE (before 5.14) leaves the faults to first use.
