@@ -43,6 +43,8 @@ struct run_config {
     value_kind values = value_kind::small;
     unsigned threads = 1;
     std::uint64_t seed = 1;
+    unsigned rep = 0;  ///< which repetition of this configuration, from 0 (same seed every time)
+    unsigned reps = 1; ///< how many it has: the progress label names the repetition if > 1
     std::string pool_path;
     bool progress = false; ///< show a progress indicator on stderr on long runs
 };
@@ -223,6 +225,7 @@ template <class Backend> run_result run(const run_config& cfg) {
     res.ops = cfg.ops;
     res.value_size = N;
     res.values = cfg.values;
+    res.rep = cfg.rep;
     res.has_stats = Backend::has_stats;
     const std::uint64_t preload = cfg.wl == workload::a ? 0 : cfg.preload;
     res.preload = preload;
@@ -353,7 +356,7 @@ template <class Backend> run_result run(const run_config& cfg) {
         std::vector<std::thread> pool_threads;
         clock::time_point start;
         {
-            progress_meter meter(progress_label(res), cfg.progress);
+            progress_meter meter(progress_label(res, cfg.reps), cfg.progress);
             for (unsigned t = 0; t < threads; ++t)
                 pool_threads.emplace_back(worker, t);
             while (ready.load() < threads)

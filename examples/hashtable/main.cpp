@@ -4,11 +4,13 @@
 //
 //   tlptm-workloads [--workload a|b|c|all] [--mode baseline|aalo|cblo|tlptm|all]
 //                   [--ops N] [--preload N] [--value-size BYTES] [--values small|random]
-//                   [--threads N] [--write-ns N[,N...]] [--backend tlptm|pmdk|both]
-//                   [--pool PATH] [--csv FILE] [--json FILE] [--seed N] [--quiet]
+//                   [--threads N[,N...]] [--reps R] [--write-ns N[,N...]]
+//                   [--backend tlptm|pmdk|both] [--pool PATH] [--csv FILE] [--json FILE]
+//                   [--seed N] [--quiet]
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -40,6 +42,7 @@ using namespace workloads;
 constexpr std::uint64_t default_ops_0ns = 100000;
 constexpr std::uint64_t default_ops_slow = 50000;
 constexpr std::uint64_t default_preload = 100000;
+constexpr unsigned max_reps = 100;
 
 #if TLPTM_WORKLOADS_HAVE_PMDK
 constexpr bool have_pmdk = true;
@@ -56,7 +59,8 @@ struct options {
     std::uint64_t preload = default_preload;
     std::size_t value_size = 8;
     value_kind values = value_kind::small;
-    unsigned threads = 1;
+    std::vector<unsigned> threads{1}; ///< thread counts, each its own configuration
+    unsigned reps = 1;                ///< runs of every configuration, round-robin
     bool run_tlptm = true;
     bool run_pmdk = have_pmdk;
     std::string pool; ///< empty: a file in /dev/shm or $TMPDIR
@@ -66,6 +70,17 @@ struct options {
 
     std::uint64_t ops_at(std::uint32_t ns) const {
         return ops ? *ops : (ns == 0 ? default_ops_0ns : default_ops_slow);
+    }
+    bool single_threaded() const { return threads.size() == 1 && threads[0] == 1; }
+    bool has_one_thread() const {
+        return std::find(threads.begin(), threads.end(), 1u) != threads.end();
+    }
+    /// "2" or "1,2": the thread counts as --threads took them.
+    std::string threads_list() const {
+        std::string s;
+        for (unsigned t : threads)
+            s += (s.empty() ? "" : ",") + std::to_string(t);
+        return s;
     }
 };
 
@@ -85,18 +100,21 @@ void print_usage(std::FILE* out) {
         "  --preload N              keys inserted before b and c, not measured (default %llu)\n"
         "  --value-size BYTES       8 (default), 16, 32, 64, 128, 256, 512 or 1024\n"
         "  --values small|random    per-key counters (default) or random 64-bit values\n"
-        "  --threads N              worker threads, ops/N each (default 1; PMDK: 1 only)\n"
+        "  --threads N[,N...]       worker threads, ops/N each (default 1; PMDK: 1 only);\n"
+        "                           a list runs each count and prints its scaling over 1\n"
+        "  --reps R                 runs of each configuration, interleaved round-robin;\n"
+        "                           the tables show medians (default 1, at most %u)\n"
         "  --write-ns N[,N...]      emulated write latency per line (default 0,500;\n"
         "                           PMDK runs at 0 ns only)\n"
         "  --backend tlptm|pmdk|both  (default both)\n"
         "  --pool PATH              pool file, must not exist; removed after each run\n"
         "                           (default: /dev/shm or $TMPDIR)\n"
-        "  --csv FILE, --json FILE  machine-readable results, one row per run\n"
+        "  --csv FILE, --json FILE  machine-readable results, one row per run and repetition\n"
         "  --seed N                 random seed (default 1)\n"
         "  --quiet                  print nothing but errors\n",
         static_cast<unsigned long long>(default_ops_0ns),
         static_cast<unsigned long long>(default_ops_slow),
-        static_cast<unsigned long long>(default_preload));
+        static_cast<unsigned long long>(default_preload), max_reps);
 }
 
 std::vector<std::string> split(std::string_view s) {
@@ -190,10 +208,24 @@ options parse(int argc, char** argv) {
             else
                 throw usage_error("--values must be small or random, got '" + value + "'");
         } else if (arg == "--threads") {
-            std::uint64_t t = parse_u64(arg, need());
-            if (t < 1 || t > 1024)
-                throw usage_error("--threads must be in 1..1024");
-            o.threads = static_cast<unsigned>(t);
+            o.threads.clear();
+            for (const std::string& w : split(need())) {
+                if (w.empty() || w.find_first_not_of("0123456789") != std::string::npos)
+                    throw usage_error("--threads needs a thread count or a list like 1,2, got '" +
+                                      value + "'");
+                std::uint64_t t = parse_u64(arg, w);
+                if (t < 1 || t > 1024)
+                    throw usage_error("--threads must be in 1..1024");
+                // Twice the same count would be one configuration run twice as often.
+                if (std::find(o.threads.begin(), o.threads.end(), t) != o.threads.end())
+                    throw usage_error("--threads lists " + w + " twice");
+                o.threads.push_back(static_cast<unsigned>(t));
+            }
+        } else if (arg == "--reps") {
+            std::uint64_t r = parse_u64(arg, need());
+            if (r < 1 || r > max_reps)
+                throw usage_error("--reps must be in 1.." + std::to_string(max_reps));
+            o.reps = static_cast<unsigned>(r);
         } else if (arg == "--write-ns") {
             o.write_ns.clear();
             for (const std::string& w : split(need())) {
@@ -246,11 +278,10 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
     std::vector<run_result> rows;
     auto record = [&](run_result r) {
         if (!r.ok())
-            std::fprintf(stderr, "tlptm-workloads: %s FAILED: %s\n", progress_label(r).c_str(),
-                         r.error.c_str());
+            std::fprintf(stderr, "tlptm-workloads: %s FAILED: %s\n",
+                         progress_label(r, o.reps).c_str(), r.error.c_str());
         rows.push_back(std::move(r));
     };
-    const bool pmdk = o.run_pmdk && o.threads == 1;
     // The persistence floor, measured next to the pool before the runs (and again after them:
     // the lower of the two, the less disturbed); every row carries it.
     persistence_floor floor = measure_floor(pool_path);
@@ -266,33 +297,56 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         r.floor_miss_ns = floor.dependent_miss_ns;
         return r;
     };
+    // The configurations in the order of the tables: latency, workload, thread count, then the
+    // modes and PMDK (one thread, 0 ns). --reps runs the whole list round after round rather
+    // than each configuration R times in a row, so that the machine's slow drift (a
+    // neighbour's load, the clock) falls on every configuration alike, not on those run last.
+    struct planned {
+        run_config c;
+        bool pmdk = false;
+        bool ends_table = false; ///< its table is complete after its last repetition
+    };
+    std::vector<planned> plan;
     for (std::uint32_t ns : o.write_ns) {
         for (workload wl : o.workloads) {
-            run_config c;
-            c.wl = wl;
-            c.write_ns = ns;
-            c.ops = o.ops_at(ns);
-            c.preload = o.preload;
-            c.value_size = N;
-            c.values = o.values;
-            c.threads = o.threads;
-            c.seed = o.seed;
-            c.pool_path = pool_path;
-            c.progress = !o.quiet;
-            if (o.run_tlptm) {
-                for (tlptm::log_mode m : o.modes) {
-                    c.mode = m;
-                    record(with_floor(run<tlptm_backend<N>>(c)));
+            for (unsigned threads : o.threads) {
+                run_config c;
+                c.wl = wl;
+                c.write_ns = ns;
+                c.ops = o.ops_at(ns);
+                c.preload = o.preload;
+                c.value_size = N;
+                c.values = o.values;
+                c.threads = threads;
+                c.seed = o.seed;
+                c.reps = o.reps;
+                c.pool_path = pool_path;
+                c.progress = !o.quiet;
+                const std::size_t table_start = plan.size();
+                if (o.run_tlptm) {
+                    for (tlptm::log_mode m : o.modes) {
+                        c.mode = m;
+                        plan.push_back({c});
+                    }
                 }
+                if (have_pmdk && o.run_pmdk && threads == 1 && ns == 0)
+                    plan.push_back({c, true});
+                if (plan.size() > table_start)
+                    plan.back().ends_table = true;
             }
+        }
+    }
+    for (unsigned rep = 0; rep < o.reps; ++rep) {
+        for (planned& p : plan) {
+            p.c.rep = rep;
 #if TLPTM_WORKLOADS_HAVE_PMDK
-            if (pmdk && ns == 0)
-                record(with_floor(run<pmdk_backend<N>>(c)));
-#else
-            (void)pmdk;
+            if (p.pmdk)
+                record(with_floor(run<pmdk_backend<N>>(p.c)));
+            else
 #endif
-            if (!o.quiet) {
-                print_table(out, rows, wl, ns, o.threads);
+                record(with_floor(run<tlptm_backend<N>>(p.c)));
+            if (rep + 1 == o.reps && p.ends_table && !o.quiet) {
+                print_table(out, rows, p.c.wl, p.c.write_ns, p.c.threads);
                 std::fflush(out);
             }
         }
@@ -320,6 +374,7 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         failed += r.ok() ? 0 : 1;
     if (!o.quiet) {
         print_pmdk_comparison(out, rows);
+        print_scaling(out, rows);
         std::fprintf(out,
                      "\nverified %zu of %zu runs: size = preload + inserts = nodes in the "
                      "chains, every key found with its latest value, 64 erases, the same after "
@@ -342,25 +397,35 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
 
 void print_header(const options& o, const std::string& pool_path) {
     std::printf("tlptm-workloads: persistent chained hash table, workloads a / b / c\n");
-    std::printf("  keys 8 B, values %zu B (%s), %u thread%s, seed %llu; one operation = one "
+    std::printf("  keys 8 B, values %zu B (%s), %s thread%s, seed %llu; one operation = one "
                 "transaction\n",
                 o.value_size, o.values == value_kind::small ? "small counters" : "random 64-bit",
-                o.threads, o.threads == 1 ? "" : "s", static_cast<unsigned long long>(o.seed));
+                o.threads_list().c_str(), o.single_threaded() ? "" : "s",
+                static_cast<unsigned long long>(o.seed));
     std::printf("  ops per run:");
     for (std::size_t i = 0; i < o.write_ns.size(); ++i)
         std::printf("%s %llu at %u ns", i ? "," : "",
                     static_cast<unsigned long long>(o.ops_at(o.write_ns[i])), o.write_ns[i]);
     std::printf("; b and c first preload %llu keys (not measured)\n",
                 static_cast<unsigned long long>(o.preload));
+    if (o.reps > 1)
+        std::printf("  every configuration runs %u times, interleaved (round after round over all "
+                    "of them), each run as above; the tables show medians\n",
+                    o.reps);
     std::printf("  pool %s (removed after each run), persistent memory emulated: tlptm "
                 "durability::emulate_pmem, PMDK PMEM_IS_PMEM_FORCE=1\n",
                 pool_path.c_str());
     if (o.run_pmdk && !have_pmdk)
         std::printf("  PMDK: not built (libpmemobj was not found at build time): tlptm only\n");
 #if TLPTM_WORKLOADS_HAVE_PMDK
-    if (o.run_pmdk && o.threads != 1)
-        std::printf("  PMDK: skipped, it runs single-threaded only (--threads %u asked)\n",
-                    o.threads);
+    if (o.run_pmdk && !o.has_one_thread())
+        std::printf("  PMDK: skipped, it runs single-threaded only (--threads %s asked)\n",
+                    o.threads_list().c_str());
+    else if (o.run_pmdk && !o.single_threaded())
+        std::printf("  PMDK: libpmemobj %s transactions, at 0 ns and 1 thread only (it runs "
+                    "single-threaded only, and an emulated write latency cannot be injected into "
+                    "libpmemobj); no persistent-memory counters\n",
+                    TLPTM_WORKLOADS_PMEMOBJ_VERSION);
     else if (o.run_pmdk)
         std::printf("  PMDK: libpmemobj %s transactions, at 0 ns only (an emulated write latency "
                     "cannot be injected into libpmemobj); no persistent-memory counters\n",
@@ -391,11 +456,11 @@ int main(int argc, char** argv) {
                              "(libpmemobj was not found at build time)\n");
         return 2;
     }
-    if (!o.run_tlptm && o.threads != 1) {
+    if (!o.run_tlptm && !o.single_threaded()) {
         std::fprintf(stderr,
                      "tlptm-workloads: the PMDK backend runs single-threaded only "
-                     "(--threads %u asked)\n",
-                     o.threads);
+                     "(--threads %s asked)\n",
+                     o.threads_list().c_str());
         return 2;
     }
     std::string pool_path = o.pool.empty() ? default_pool_path() : o.pool;

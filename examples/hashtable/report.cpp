@@ -27,11 +27,13 @@ void run_result::measure_latency(std::vector<std::uint64_t>& ns) {
     lat_p99_ns = at(0.99);
 }
 
-std::string progress_label(const run_result& r) {
+std::string progress_label(const run_result& r, unsigned reps) {
     std::string s =
         "[" + std::string(to_string(r.wl)) + "/" + r.mode + " " + std::to_string(r.write_ns) + "ns";
     if (r.threads > 1)
         s += " " + std::to_string(r.threads) + "t";
+    if (reps > 1) // from 0, as the rep column of the CSV / JSON
+        s += " rep " + std::to_string(r.rep);
     return s + "]";
 }
 
@@ -104,37 +106,40 @@ bool same_config(const run_result& a, const run_result& b) {
            a.preload == b.preload;
 }
 
-/// The tlptm baseline run that `r` is compared with, or nullptr.
+/// The tlptm baseline run that `r` is compared with in the files: the one of the same
+/// repetition, which ran in the same round, so as close in time as the list allows.
 const run_result* baseline_of(const std::vector<run_result>& rows, const run_result& r) {
     if (r.backend != "tlptm")
         return nullptr;
     for (const run_result& b : rows)
         if (b.backend == "tlptm" && b.mode == "baseline" && b.ok() && same_config(b, r) &&
-            b.write_ns == r.write_ns && b.threads == r.threads)
+            b.write_ns == r.write_ns && b.threads == r.threads && b.rep == r.rep)
             return &b;
     return nullptr;
 }
 
-/// The PMDK run that `r` is compared with (same workload, one thread, 0 ns), or nullptr.
+/// The PMDK run that `r` is compared with in the files (same workload and repetition, one
+/// thread, 0 ns), or nullptr.
 const run_result* pmdk_of(const std::vector<run_result>& rows, const run_result& r) {
     if (r.backend != "tlptm" || r.threads != 1 || r.write_ns != 0)
         return nullptr;
     for (const run_result& p : rows)
         if (p.backend == "pmdk" && p.ok() && p.wl == r.wl && p.value_size == r.value_size &&
-            p.values == r.values && p.threads == 1 && p.write_ns == 0)
+            p.values == r.values && p.threads == 1 && p.write_ns == 0 && p.rep == r.rep)
             return &p;
     return nullptr;
 }
 
-/// Change of `f` of `r` against `base` in percent: the reduction of a cost, the gain of a
-/// throughput. NaN when either is missing or the base is 0.
-double change(const figure& f, const run_result* base, const run_result& r) {
-    if (!base)
-        return nan;
-    double b = value_of(f, *base), x = value_of(f, r);
+/// Change of a figure from `b` (the base) to `x` in percent: the reduction of a cost, the gain
+/// of a throughput. NaN when either is missing or the base is 0.
+double change(const figure& f, double b, double x) {
     if (std::isnan(b) || std::isnan(x) || b == 0)
         return nan;
     return f.higher_is_better ? (x - b) / b * 100 : (b - x) / b * 100;
+}
+
+double change(const figure& f, const run_result* base, const run_result& r) {
+    return base ? change(f, value_of(f, *base), value_of(f, r)) : nan;
 }
 
 double pmdk_ratio(const std::vector<run_result>& rows, const run_result& r) {
@@ -142,6 +147,103 @@ double pmdk_ratio(const std::vector<run_result>& rows, const run_result& r) {
     if (!p || !r.ok() || p->throughput() == 0)
         return nan;
     return r.throughput() / p->throughput();
+}
+
+/// The repetitions of one configuration (backend, mode, workload, write latency, threads) in
+/// the order they ran. The console shows their medians: one run of ~50 ms on a shared 2-vCPU
+/// guest varies by +-20 %, and the median of a few interleaved runs is not dragged by the one
+/// that a neighbour's burst or a preemption hit, as a mean would be.
+struct config_runs {
+    std::vector<const run_result*> reps;
+
+    const run_result& first() const { return *reps.front(); }
+    /// The first failed repetition, or nullptr: one failure fails the row, as a single run's
+    /// failure does.
+    const run_result* failed() const {
+        for (const run_result* r : reps)
+            if (!r->ok())
+                return r;
+        return nullptr;
+    }
+    bool ok() const { return failed() == nullptr; }
+};
+
+bool same_run(const run_result& a, const run_result& b) {
+    return a.backend == b.backend && a.mode == b.mode && same_config(a, b) &&
+           a.write_ns == b.write_ns && a.threads == b.threads;
+}
+
+/// `rows` grouped by configuration, in the order of each configuration's first repetition.
+std::vector<config_runs> group_runs(const std::vector<run_result>& rows) {
+    std::vector<config_runs> groups;
+    for (const run_result& r : rows) {
+        auto g = std::find_if(groups.begin(), groups.end(),
+                              [&](const config_runs& c) { return same_run(c.first(), r); });
+        if (g == groups.end())
+            groups.push_back({{&r}});
+        else
+            g->reps.push_back(&r);
+    }
+    return groups;
+}
+
+/// The median of `get` over the repetitions (the mean of the middle two for an even count);
+/// NaN if a repetition failed or lacks the figure.
+template <class F> double median_over(const config_runs& g, F get) {
+    if (!g.ok())
+        return nan;
+    std::vector<double> v;
+    for (const run_result* r : g.reps) {
+        double x = get(*r);
+        if (std::isnan(x))
+            return nan;
+        v.push_back(x);
+    }
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double median_of(const figure& f, const config_runs& g) {
+    return median_over(g, [&](const run_result& r) { return value_of(f, r); });
+}
+
+double median_throughput(const config_runs& g) {
+    return median_over(g, [](const run_result& r) { return r.throughput(); });
+}
+
+/// The tlptm baseline configuration that `g` is compared with in the table, or nullptr.
+const config_runs* baseline_of(const std::vector<config_runs>& groups, const config_runs& g) {
+    const run_result& r = g.first();
+    if (r.backend != "tlptm")
+        return nullptr;
+    for (const config_runs& b : groups)
+        if (b.first().backend == "tlptm" && b.first().mode == "baseline" && b.ok() &&
+            same_config(b.first(), r) && b.first().write_ns == r.write_ns &&
+            b.first().threads == r.threads)
+            return &b;
+    return nullptr;
+}
+
+double change(const figure& f, const config_runs* base, const config_runs& g) {
+    return base ? change(f, median_of(f, *base), median_of(f, g)) : nan;
+}
+
+/// Median throughput of `g` over the median of its PMDK peer (same workload, one thread,
+/// 0 ns): the ratio of the medians.
+double pmdk_ratio(const std::vector<config_runs>& groups, const config_runs& g) {
+    const run_result& r = g.first();
+    if (r.backend != "tlptm" || r.threads != 1 || r.write_ns != 0 || !g.ok())
+        return nan;
+    for (const config_runs& p : groups) {
+        const run_result& q = p.first();
+        if (q.backend == "pmdk" && p.ok() && q.wl == r.wl && q.value_size == r.value_size &&
+            q.values == r.values && q.threads == 1 && q.write_ns == 0) {
+            double t = median_throughput(p);
+            return t > 0 ? median_throughput(g) / t : nan;
+        }
+    }
+    return nan;
 }
 
 std::string format(double v, int decimals) {
@@ -253,6 +355,7 @@ std::vector<field> fields_of(const std::vector<run_result>& rows, const run_resu
     f.push_back({"throughput_vs_pmdk", plain(pmdk_ratio(rows, r), 4), false});
     f.push_back({"verified", r.verified ? "true" : "false", false});
     f.push_back({"error", r.error, true});
+    f.push_back({"rep", std::to_string(r.rep), false}); // last: the older columns keep their place
     return f;
 }
 
@@ -264,13 +367,17 @@ struct file_closer {
 
 void print_table(std::FILE* out, const std::vector<run_result>& rows, workload wl,
                  std::uint32_t write_ns, unsigned threads) {
-    std::vector<const run_result*> sel;
-    for (const run_result& r : rows)
-        if (r.wl == wl && r.write_ns == write_ns && r.threads == threads)
-            sel.push_back(&r);
+    const std::vector<config_runs> groups = group_runs(rows);
+    std::vector<const config_runs*> sel;
+    std::size_t reps = 0;
+    for (const config_runs& g : groups)
+        if (g.first().wl == wl && g.first().write_ns == write_ns && g.first().threads == threads) {
+            sel.push_back(&g);
+            reps = std::max(reps, g.reps.size());
+        }
     if (sel.empty())
         return;
-    const run_result& first = *sel.front();
+    const run_result& first = sel.front()->first();
     std::fprintf(out, "\nworkload %s: %s\n  %llu ops", to_string(wl), describe(wl),
                  static_cast<unsigned long long>(first.ops));
     if (first.preload)
@@ -283,37 +390,59 @@ void print_table(std::FILE* out, const std::vector<run_result>& rows, workload w
     for (const figure& f : figures)
         std::fprintf(out, " %9s %5s", f.title, f.higher_is_better ? "gain" : "red");
     std::fprintf(out, "\n");
-    for (const run_result* r : sel) {
-        std::fprintf(out, "  %-9s", r->mode.c_str());
-        if (!r->ok()) {
-            std::fprintf(out, " FAILED: %s\n", r->error.c_str());
+    for (const config_runs* g : sel) {
+        std::fprintf(out, "  %-9s", g->first().mode.c_str());
+        if (const run_result* bad = g->failed()) {
+            if (reps > 1)
+                std::fprintf(out, " FAILED (rep %u): %s\n", bad->rep, bad->error.c_str());
+            else
+                std::fprintf(out, " FAILED: %s\n", bad->error.c_str());
             continue;
         }
-        const run_result* base = baseline_of(rows, *r);
+        const config_runs* base = baseline_of(groups, *g);
         for (const figure& f : figures) {
-            std::string pct = base == r ? "" : format_pct(change(f, base, *r));
-            std::fprintf(out, " %9s %5s", format(value_of(f, *r), f.decimals).c_str(), pct.c_str());
+            std::string pct = base == g ? "" : format_pct(change(f, base, *g));
+            std::fprintf(out, " %9s %5s", format(median_of(f, *g), f.decimals).c_str(),
+                         pct.c_str());
         }
         std::fprintf(out, "\n");
     }
+    if (reps > 1) {
+        // The spread says how far one run alone could have been off.
+        std::string spread;
+        for (const config_runs* g : sel) {
+            if (!g->ok())
+                continue;
+            double lo = g->first().throughput(), hi = lo;
+            for (const run_result* r : g->reps) {
+                lo = std::min(lo, r->throughput());
+                hi = std::max(hi, r->throughput());
+            }
+            spread += g->first().mode + " " + format(lo, -1) + "-" + format(hi, -1) + "  ";
+        }
+        std::fprintf(out, "  median of %zu interleaved repetitions; tx/s min-max: %s\n", reps,
+                     spread.c_str());
+    }
     std::string ratios;
-    for (const run_result* r : sel) {
-        double q = pmdk_ratio(rows, *r);
+    for (const config_runs* g : sel) {
+        double q = pmdk_ratio(groups, *g);
         if (!std::isnan(q)) {
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%s %.2fx  ", r->mode.c_str(), q);
+            std::snprintf(buf, sizeof buf, "%s %.2fx  ", g->first().mode.c_str(), q);
             ratios += buf;
         }
     }
     if (!ratios.empty())
         std::fprintf(out, "  throughput tlptm / PMDK: %s\n", ratios.c_str());
     std::string floors;
-    for (const run_result* r : sel) {
-        if (r->backend != "tlptm" || !r->ok() || r->floor_nt_ns <= 0)
+    for (const config_runs* g : sel) {
+        const run_result& r = g->first();
+        if (r.backend != "tlptm" || !g->ok() || r.floor_nt_ns <= 0)
             continue;
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%s %.2f  ", r->mode.c_str(),
-                      r->lat_mean_ns / r->floor_nt_ns);
+        std::snprintf(
+            buf, sizeof buf, "%s %.2f  ", r.mode.c_str(),
+            median_over(*g, [](const run_result& x) { return x.lat_mean_ns / x.floor_nt_ns; }));
         floors += buf;
     }
     if (!floors.empty())
@@ -328,36 +457,79 @@ void print_table(std::FILE* out, const std::vector<run_result>& rows, workload w
 }
 
 void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) {
-    std::vector<const run_result*> pmdk;
+    const std::vector<config_runs> groups = group_runs(rows);
+    std::vector<const config_runs*> pmdk;
     std::vector<std::string> modes;
-    for (const run_result& r : rows) {
-        if (r.backend == "pmdk" && r.ok())
-            pmdk.push_back(&r);
+    std::size_t reps = 0;
+    for (const config_runs& g : groups) {
+        const run_result& r = g.first();
+        if (r.backend == "pmdk" && g.ok()) {
+            pmdk.push_back(&g);
+            reps = std::max(reps, g.reps.size());
+        }
         if (r.backend == "tlptm" && r.threads == 1 && r.write_ns == 0 &&
             std::find(modes.begin(), modes.end(), r.mode) == modes.end())
             modes.push_back(r.mode);
     }
     if (pmdk.empty() || modes.empty())
         return;
-    std::fprintf(out, "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns): throughput tlptm / PMDK\n");
+    if (reps > 1)
+        std::fprintf(out,
+                     "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns, medians of %zu repetitions): "
+                     "throughput tlptm / PMDK\n",
+                     reps);
+    else
+        std::fprintf(out, "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns): throughput tlptm / PMDK\n");
     std::fprintf(out, "  %-8s %10s %12s", "workload", "PMDK tx/s", "PMDK mean ns");
     for (const std::string& m : modes)
         std::fprintf(out, " %9s", m.c_str());
     std::fprintf(out, "\n");
-    for (const run_result* p : pmdk) {
-        std::fprintf(out, "  %-8s %10s %12s", to_string(p->wl), format(p->throughput(), -1).c_str(),
-                     format(p->lat_mean_ns, 0).c_str());
+    for (const config_runs* p : pmdk) {
+        std::fprintf(
+            out, "  %-8s %10s %12s", to_string(p->first().wl),
+            format(median_throughput(*p), -1).c_str(),
+            format(median_over(*p, [](const run_result& r) { return r.lat_mean_ns; }), 0).c_str());
         for (const std::string& m : modes) {
             double q = nan;
-            for (const run_result& r : rows)
-                if (r.backend == "tlptm" && r.mode == m && r.wl == p->wl && r.threads == 1 &&
-                    r.write_ns == 0)
-                    q = pmdk_ratio(rows, r);
+            for (const config_runs& g : groups) {
+                const run_result& r = g.first();
+                if (r.backend == "tlptm" && r.mode == m && r.wl == p->first().wl &&
+                    r.threads == 1 && r.write_ns == 0)
+                    q = pmdk_ratio(groups, g);
+            }
             char buf[32];
             std::snprintf(buf, sizeof buf, "%.2fx", q);
             std::fprintf(out, " %9s", std::isnan(q) ? "-" : buf);
         }
         std::fprintf(out, "\n");
+    }
+}
+
+void print_scaling(std::FILE* out, const std::vector<run_result>& rows) {
+    const std::vector<config_runs> groups = group_runs(rows);
+    // The latency is named only when the runs have several: one line per pair either way.
+    bool several_ns = false;
+    for (const config_runs& g : groups)
+        several_ns = several_ns || g.first().write_ns != groups.front().first().write_ns;
+    bool any = false;
+    for (const config_runs& one : groups) {
+        const run_result& r = one.first();
+        if (r.backend != "tlptm" || r.threads != 1 || !one.ok())
+            continue;
+        const double t1 = median_throughput(one);
+        for (const config_runs& many : groups) {
+            const run_result& n = many.first();
+            if (n.backend != "tlptm" || n.mode != r.mode || n.threads <= 1 || !same_config(n, r) ||
+                n.write_ns != r.write_ns || !many.ok() || t1 <= 0)
+                continue;
+            const double tn = median_throughput(many);
+            std::string at = several_ns ? " at " + std::to_string(r.write_ns) + " ns" : "";
+            std::fprintf(out,
+                         "%sscaling %s/%s%s: %u threads %.2fx one thread (median tx/s %s vs %s)\n",
+                         any ? "" : "\n", to_string(r.wl), r.mode.c_str(), at.c_str(), n.threads,
+                         tn / t1, format(tn, -1).c_str(), format(t1, -1).c_str());
+            any = true;
+        }
     }
 }
 

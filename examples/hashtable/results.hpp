@@ -41,7 +41,8 @@ inline const char* describe(workload w) noexcept {
     return "?";
 }
 
-/// The outcome of one run: one (backend, workload, mode, write latency, threads).
+/// The outcome of one run: one repetition of one (backend, workload, mode, write latency,
+/// threads).
 struct run_result {
     std::string backend; ///< "tlptm" or "pmdk"
     workload wl = workload::a;
@@ -52,6 +53,7 @@ struct run_result {
     std::uint64_t preload = 0;
     std::size_t value_size = 8;
     value_kind values = value_kind::small;
+    unsigned rep = 0; ///< which repetition of its configuration (--reps), from 0
 
     std::uint64_t inserts = 0;
     std::uint64_t updates = 0;
@@ -79,23 +81,32 @@ struct run_result {
     void measure_latency(std::vector<std::uint64_t>& ns);
 };
 
-/// "[a/tlptm 500ns]": what a progress line and an error message name.
-std::string progress_label(const run_result& r);
+/// "[a/tlptm 500ns]": what a progress line and an error message name; "[a/tlptm 500ns rep 2]"
+/// when its configuration runs `reps` > 1 times.
+std::string progress_label(const run_result& r, unsigned reps = 1);
 
 /// Prints the table of one workload at one write latency and thread count: one row per log
 /// mode (and PMDK's, if it ran), each figure per transaction with its reduction against
-/// `baseline`.
+/// `baseline`. A row is the median of each figure over the repetitions of its configuration
+/// in `rows` (a note under the table gives their count and the spread of tx/s); a row with a
+/// failed repetition is FAILED.
 void print_table(std::FILE* out, const std::vector<run_result>& rows, workload wl,
                  std::uint32_t write_ns, unsigned threads);
 
-/// Prints tlptm's throughput over PMDK's per workload and log mode (single thread, 0 ns).
-/// Prints nothing if PMDK did not run.
+/// Prints tlptm's throughput over PMDK's per workload and log mode (single thread, 0 ns), from
+/// the medians over repetitions. Prints nothing if PMDK did not run.
 void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows);
 
-/// Writes one CSV row per run (header first). Returns false with errno set on failure.
+/// Prints, per workload, log mode and write latency run at one thread and at more, the median
+/// throughput at N threads over the median at one. Prints nothing without such pairs.
+void print_scaling(std::FILE* out, const std::vector<run_result>& rows);
+
+/// Writes one CSV row per run, every repetition its own (header first). Returns false with
+/// errno set on failure.
 bool write_csv(const std::string& path, const std::vector<run_result>& rows);
 
-/// Writes {"tool": ..., "results": [one object per run]}. Returns false on failure.
+/// Writes {"tool": ..., "results": [one object per run, every repetition its own]}. Returns
+/// false on failure.
 bool write_json(const std::string& path, const std::vector<run_result>& rows);
 
 } // namespace workloads
