@@ -150,3 +150,19 @@ TEST_CASE("hash_map: threads on overlapping keys: every increment sees a distinc
     MESSAGE(threads << " threads, " << total << " increments of " << values.size()
                     << " shared string keys, " << pool.stats().tx_aborted << " aborts");
 }
+
+TEST_CASE("hash_map: threads that start one after another count in different orec spans") {
+    // The count's stripes are 64 bytes, four to a span of orecs (tlptm::false_sharing_span):
+    // consecutive threads must not share a span, and eight threads use every stripe once.
+    namespace d = tlptm::detail;
+    constexpr std::size_t per_span = tlptm::false_sharing_span / sizeof(d::map_size_stripe);
+    std::vector<std::size_t> got;
+    for (std::size_t k = 0; k < d::map_stripes; ++k)
+        std::thread([&] { got.push_back(d::this_thread_map_stripe()); }).join();
+    std::vector<std::size_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t k = 0; k < d::map_stripes; ++k)
+        CHECK(sorted[k] == k);
+    for (std::size_t k = 1; k < got.size(); ++k)
+        CHECK(got[k] / per_span != got[k - 1] / per_span);
+}

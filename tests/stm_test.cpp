@@ -520,3 +520,24 @@ TEST_CASE("orecs: the allocator's metadata never shares an orec with the heap") 
             tx.free(k);
     });
 }
+
+TEST_CASE("false_sharing_span: the pool bytes whose orecs share one cache line") {
+    // tlptm::false_sharing_span tells users how far apart to keep data that threads update
+    // independently: it must match the orec table's mapping of heap offsets.
+    tlptm::detail::orec_table t;
+    const std::uint64_t heap = 1 << 20;
+    t.set_heap_begin(heap);
+    auto line_of = [&](std::uint64_t off) {
+        return reinterpret_cast<std::uintptr_t>(&t[t.index(off)]) / 64;
+    };
+    const std::uint64_t span = tlptm::false_sharing_span;
+    CHECK(span == 256);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(&t[0]) % 64 == 0); // lines start at orec 0
+    for (std::uint64_t at : {heap, heap + 5 * span, heap + 12345 * span}) {
+        CAPTURE(at);
+        for (std::uint64_t k = 8; k < span; k += 8)
+            CHECK(line_of(at + k) == line_of(at)); // one span: one line of orecs
+        CHECK(line_of(at + span) != line_of(at));  // the next span: another line
+        CHECK(line_of(at - 8) != line_of(at));
+    }
+}

@@ -37,23 +37,31 @@ template <class T>
 concept map_element = std::is_same_v<T, string> || std::is_trivially_copyable_v<T>;
 
 /// Stripes of a hash_map's element count: each thread counts in its own stripe (alone in its
-/// cache line and orec granule), so inserts of different threads into different buckets do not
-/// conflict on the count.
+/// cache line and orec granule; see this_thread_map_stripe for the orecs' lines), so inserts of
+/// different threads into different buckets do not conflict on the count.
 inline constexpr std::size_t map_stripes = 8;
-
-/// The calling thread's stripe.
-inline std::size_t this_thread_map_stripe() noexcept {
-    static std::atomic<std::size_t> next{0};
-    thread_local const std::size_t mine =
-        next.fetch_add(1, std::memory_order_relaxed) % map_stripes;
-    return mine;
-}
 
 struct map_size_stripe {
     p<std::int64_t> n{0};
     unsigned char pad_[56] = {};
 };
 static_assert(sizeof(map_size_stripe) == 64);
+
+/// The calling thread's stripe. The stripes are 64 bytes (the persistent layout), so four
+/// share a span of orecs (false_sharing_span): threads take them in the order 0, 4, 1, 5, ...
+/// so that the first two threads count in different spans (their inserts would otherwise lock
+/// orecs in the same cache line), the first four in different stripes of the two spans.
+inline std::size_t this_thread_map_stripe() noexcept {
+    constexpr std::size_t per_span = false_sharing_span / sizeof(map_size_stripe);
+    constexpr std::size_t spans = map_stripes / per_span;
+    static_assert(per_span >= 1 && spans >= 1 && map_stripes % per_span == 0);
+    static std::atomic<std::size_t> next{0};
+    thread_local const std::size_t mine = [] {
+        const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
+        return (k % spans) * per_span + (k / spans) % per_span;
+    }();
+    return mine;
+}
 
 } // namespace detail
 

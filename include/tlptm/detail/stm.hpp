@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <thread>
 
 #include <tlptm/detail/sched.hpp>
@@ -72,7 +73,11 @@ public:
     static constexpr std::size_t count = size + meta_size; ///< orecs in all
     static constexpr unsigned granule_log2 = 5;
 
-    orec_table() : orecs_(new std::atomic<std::uint64_t>[count]) {} // zeroed (C++20)
+    // Zeroed (C++20 value-initialises atomics), and aligned to a cache line, so that the eight
+    // orecs of a 256-byte span of the pool are one line (tlptm::false_sharing_span); plain
+    // new[] of 1 MiB returns an address 16 bytes past a page, and every span's orecs straddled
+    // two lines.
+    orec_table() : orecs_(new (std::align_val_t{64}) std::atomic<std::uint64_t>[count]()) {}
 
     /// Offsets below `heap_begin` are the allocator's metadata (pool_state::init_after_map).
     void set_heap_begin(std::uint64_t heap_begin) noexcept { heap_begin_ = heap_begin; }
@@ -96,9 +101,32 @@ public:
     }
 
 private:
-    std::unique_ptr<std::atomic<std::uint64_t>[]> orecs_;
+    struct aligned_free {
+        void operator()(std::atomic<std::uint64_t>* p) const noexcept {
+            ::operator delete[](p, std::align_val_t{64});
+        }
+    };
+    std::unique_ptr<std::atomic<std::uint64_t>[], aligned_free> orecs_;
     std::uint64_t heap_begin_ = 0;
 };
+
+} // namespace tlptm::detail
+
+namespace tlptm {
+
+/// The span of pool bytes whose orecs share one cache line (eight orecs of 32-byte granules):
+/// 256 bytes, aligned. Data that threads update independently of each other (per-thread
+/// counters, stripes) should lie at least this far apart, not only a cache line apart: two
+/// cores committing to the same span take locks on the same line of orecs, which then moves
+/// between them like a shared variable. The workload table's per-thread size stripes, 64 bytes
+/// apart, held two-thread workload b at 1.47x one thread; 256 bytes apart, 1.90x
+/// (docs/design.md, "Concurrency control").
+inline constexpr std::size_t false_sharing_span =
+    (std::size_t{1} << detail::orec_table::granule_log2) * (64 / sizeof(std::uint64_t));
+
+} // namespace tlptm
+
+namespace tlptm::detail {
 
 /// A seed that differs between threads (the address of a thread-local object).
 inline std::uint64_t thread_seed() noexcept {
