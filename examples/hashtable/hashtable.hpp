@@ -35,7 +35,7 @@ template <class V> struct node {
 /// One stripe of the element count. Threads count in different stripes; a stripe fills its
 /// own span of orecs (tlptm::false_sharing_span), not only its own cache line: 64-byte stripes
 /// made the inserts of two threads lock orecs in the same line (two-thread b: 1.47x one
-/// thread; 1.90x so).
+/// thread; 1.67-1.90x so).
 struct alignas(tlptm::false_sharing_span) size_stripe {
     tlptm::p<std::int64_t> n;
 };

@@ -106,14 +106,30 @@ bool same_config(const run_result& a, const run_result& b) {
            a.preload == b.preload;
 }
 
+/// b is the tlptm baseline run of r's configuration (any repetition).
+bool is_baseline_for(const run_result& b, const run_result& r) {
+    return b.backend == "tlptm" && b.mode == "baseline" && same_config(b, r) &&
+           b.write_ns == r.write_ns && b.threads == r.threads;
+}
+
+/// r is a tlptm run that has a PMDK peer: one thread, 0 ns.
+bool compared_with_pmdk(const run_result& r) {
+    return r.backend == "tlptm" && r.threads == 1 && r.write_ns == 0;
+}
+
+/// p is the PMDK run of r's workload and values (any repetition).
+bool is_pmdk_peer_of(const run_result& p, const run_result& r) {
+    return p.backend == "pmdk" && p.wl == r.wl && p.value_size == r.value_size &&
+           p.values == r.values && p.threads == 1 && p.write_ns == 0;
+}
+
 /// The tlptm baseline run that `r` is compared with in the files: the one of the same
 /// repetition, which ran in the same round, so as close in time as the list allows.
 const run_result* baseline_of(const std::vector<run_result>& rows, const run_result& r) {
     if (r.backend != "tlptm")
         return nullptr;
     for (const run_result& b : rows)
-        if (b.backend == "tlptm" && b.mode == "baseline" && b.ok() && same_config(b, r) &&
-            b.write_ns == r.write_ns && b.threads == r.threads && b.rep == r.rep)
+        if (b.ok() && is_baseline_for(b, r) && b.rep == r.rep)
             return &b;
     return nullptr;
 }
@@ -121,11 +137,10 @@ const run_result* baseline_of(const std::vector<run_result>& rows, const run_res
 /// The PMDK run that `r` is compared with in the files (same workload and repetition, one
 /// thread, 0 ns), or nullptr.
 const run_result* pmdk_of(const std::vector<run_result>& rows, const run_result& r) {
-    if (r.backend != "tlptm" || r.threads != 1 || r.write_ns != 0)
+    if (!compared_with_pmdk(r))
         return nullptr;
     for (const run_result& p : rows)
-        if (p.backend == "pmdk" && p.ok() && p.wl == r.wl && p.value_size == r.value_size &&
-            p.values == r.values && p.threads == 1 && p.write_ns == 0 && p.rep == r.rep)
+        if (p.ok() && is_pmdk_peer_of(p, r) && p.rep == r.rep)
             return &p;
     return nullptr;
 }
@@ -218,9 +233,7 @@ const config_runs* baseline_of(const std::vector<config_runs>& groups, const con
     if (r.backend != "tlptm")
         return nullptr;
     for (const config_runs& b : groups)
-        if (b.first().backend == "tlptm" && b.first().mode == "baseline" && b.ok() &&
-            same_config(b.first(), r) && b.first().write_ns == r.write_ns &&
-            b.first().threads == r.threads)
+        if (b.ok() && is_baseline_for(b.first(), r))
             return &b;
     return nullptr;
 }
@@ -232,13 +245,10 @@ double change(const figure& f, const config_runs* base, const config_runs& g) {
 /// Median throughput of `g` over the median of its PMDK peer (same workload, one thread,
 /// 0 ns): the ratio of the medians.
 double pmdk_ratio(const std::vector<config_runs>& groups, const config_runs& g) {
-    const run_result& r = g.first();
-    if (r.backend != "tlptm" || r.threads != 1 || r.write_ns != 0 || !g.ok())
+    if (!compared_with_pmdk(g.first()) || !g.ok())
         return nan;
     for (const config_runs& p : groups) {
-        const run_result& q = p.first();
-        if (q.backend == "pmdk" && p.ok() && q.wl == r.wl && q.value_size == r.value_size &&
-            q.values == r.values && q.threads == 1 && q.write_ns == 0) {
+        if (p.ok() && is_pmdk_peer_of(p.first(), g.first())) {
             double t = median_throughput(p);
             return t > 0 ? median_throughput(g) / t : nan;
         }
@@ -467,8 +477,7 @@ void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) 
             pmdk.push_back(&g);
             reps = std::max(reps, g.reps.size());
         }
-        if (r.backend == "tlptm" && r.threads == 1 && r.write_ns == 0 &&
-            std::find(modes.begin(), modes.end(), r.mode) == modes.end())
+        if (compared_with_pmdk(r) && std::find(modes.begin(), modes.end(), r.mode) == modes.end())
             modes.push_back(r.mode);
     }
     if (pmdk.empty() || modes.empty())

@@ -72,12 +72,13 @@ public:
     static constexpr std::size_t meta_size = std::size_t{1} << 14;
     static constexpr std::size_t count = size + meta_size; ///< orecs in all
     static constexpr unsigned granule_log2 = 5;
+    static constexpr std::size_t line_bytes = 64; ///< the table's alignment: a cache line
 
     // Zeroed (C++20 value-initialises atomics), and aligned to a cache line, so that the eight
     // orecs of a 256-byte span of the pool are one line (tlptm::false_sharing_span); plain
     // new[] of 1 MiB returns an address 16 bytes past a page, and every span's orecs straddled
     // two lines.
-    orec_table() : orecs_(new (std::align_val_t{64}) std::atomic<std::uint64_t>[count]()) {}
+    orec_table() : orecs_(new (std::align_val_t{line_bytes}) std::atomic<std::uint64_t>[count]()) {}
 
     /// Offsets below `heap_begin` are the allocator's metadata (pool_state::init_after_map).
     void set_heap_begin(std::uint64_t heap_begin) noexcept { heap_begin_ = heap_begin; }
@@ -103,7 +104,7 @@ public:
 private:
     struct aligned_free {
         void operator()(std::atomic<std::uint64_t>* p) const noexcept {
-            ::operator delete[](p, std::align_val_t{64});
+            ::operator delete[](p, std::align_val_t{line_bytes});
         }
     };
     std::unique_ptr<std::atomic<std::uint64_t>[], aligned_free> orecs_;
@@ -119,10 +120,11 @@ namespace tlptm {
 /// counters, stripes) should lie at least this far apart, not only a cache line apart: two
 /// cores committing to the same span take locks on the same line of orecs, which then moves
 /// between them like a shared variable. The workload table's per-thread size stripes, 64 bytes
-/// apart, held two-thread workload b at 1.47x one thread; 256 bytes apart, 1.90x
+/// apart, held two-thread workload b at 1.47x one thread; 256 bytes apart, 1.67-1.90x
 /// (docs/design.md, "Concurrency control").
 inline constexpr std::size_t false_sharing_span =
-    (std::size_t{1} << detail::orec_table::granule_log2) * (64 / sizeof(std::uint64_t));
+    (std::size_t{1} << detail::orec_table::granule_log2) *
+    (detail::orec_table::line_bytes / sizeof(std::atomic<std::uint64_t>));
 
 } // namespace tlptm
 
