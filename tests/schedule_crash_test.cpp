@@ -246,7 +246,7 @@ TEST_CASE("scheduler: a thread blocked on a mutex held by a parked thread does n
         };
         sch.run({body, body});
         CHECK(shared == 10);
-        CHECK(sch.stats().failure.empty());
+        CHECK_MESSAGE(sch.stats().failure.empty(), sch.stats().failure);
         stalls += sch.stats().stalls;
     }
     MESSAGE(stalls << " stalls handed over");
