@@ -169,6 +169,7 @@ public:
         {
             std::lock_guard lk(m_);
             state_.assign(static_cast<std::size_t>(n), st::ready);
+            turn_wait_.assign(static_cast<std::size_t>(n), 0);
             prio_.resize(static_cast<std::size_t>(n));
             last_key_.assign(static_cast<std::size_t>(n), ~std::uint64_t{0});
             repeats_.assign(static_cast<std::size_t>(n), 0);
@@ -308,13 +309,6 @@ private:
             return;
         }
         if (s == st::detached) { // back from a stall: wait for a turn like everybody
-            s = st::ready;
-            --detached_;
-            cv_.notify_all();
-            if (holder_ < 0) {
-                holder_ = i;
-                s = st::running;
-            }
             wait_turn(lk, i);
             return;
         }
@@ -373,8 +367,26 @@ private:
         cv_.notify_all();
     }
 
+    /// While a thread waits here it is not blocked in the library: the turn handed to it may
+    /// take a loaded machine longer than `stall` to wake it, and the watchdog must not detach
+    /// it then (a detached thread waiting for its turn is never picked again: a deadlock).
+    /// A detached thread (back from a stall, or detached before it first ran: starting a thread
+    /// on a loaded machine can take longer than `stall`) is ready again first, and takes the
+    /// turn if nobody holds it.
     void wait_turn(std::unique_lock<std::mutex>& lk, int i) {
+        auto& s = state_[static_cast<std::size_t>(i)];
+        if (s == st::detached) {
+            s = st::ready;
+            --detached_;
+            cv_.notify_all();
+            if (holder_ < 0) {
+                holder_ = i;
+                s = st::running;
+            }
+        }
+        turn_wait_[static_cast<std::size_t>(i)] = 1;
         cv_.wait(lk, [&] { return holder_ == i || aborting_; });
+        turn_wait_[static_cast<std::size_t>(i)] = 0;
         state_[static_cast<std::size_t>(i)] = st::running;
     }
 
@@ -464,7 +476,8 @@ private:
                 hand_to(pick(-1, false)); // nobody holds the turn but somebody waits for it
                 continue;
             }
-            if (holder_ >= 0 && !in_grace_ && now - last_progress_ > opt_.stall) {
+            if (holder_ >= 0 && !in_grace_ && !turn_wait_[static_cast<std::size_t>(holder_)] &&
+                now - last_progress_ > opt_.stall) {
                 ++stats_.stalls;
                 if (verbose_)
                     std::fprintf(stderr, "[sched %llu] worker %d stalled (blocked?)\n",
@@ -506,6 +519,7 @@ private:
     std::vector<std::uint64_t> change_;
     std::vector<std::uint64_t> last_key_;
     std::vector<unsigned> repeats_;
+    std::vector<char> turn_wait_; ///< per thread: inside wait_turn
     int holder_ = -1;
     int detached_ = 0;
     int lowest_ = -2000;
