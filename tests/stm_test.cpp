@@ -474,8 +474,15 @@ TEST_CASE("orecs: the allocator's metadata never shares an orec with the heap") 
         aliased += i >= orec_table::size || meta.count(i) != 0;
     }
     CHECK(aliased == 0);
-    CHECK(st.orecs.index(st.heap_begin) != st.orecs.index(st.heap_begin + 32)); // granules
-    CHECK(st.orecs.index(st.heap_begin) == st.orecs.index(st.heap_begin + 24));
+    constexpr std::uint64_t granule = std::uint64_t{1} << orec_table::granule_log2;
+    static_assert(granule == 64);
+    CHECK(st.orecs.index(st.heap_begin) != st.orecs.index(st.heap_begin + granule));
+    CHECK(st.orecs.index(st.heap_begin) == st.orecs.index(st.heap_begin + granule - 8));
+    // Orecs are 16 bytes apart in the table (a line holds four), so consecutive granules'
+    // orecs are consecutive slots of the table.
+    CHECK(reinterpret_cast<std::uintptr_t>(&st.orecs[1]) -
+              reinterpret_cast<std::uintptr_t>(&st.orecs[0]) ==
+          orec_table::orec_bytes);
 
     // And in a transaction: a reader of one word in every heap orec (a 4 MiB block, one word
     // per granule) is not invalidated by another thread's allocations, whose bitmap and
@@ -504,7 +511,7 @@ TEST_CASE("orecs: the allocator's metadata never shares an orec with the heap") 
     tlptm::atomic(pool, [&](tlptm::tx& tx) {
         ++attempts;
         std::uint64_t sum = 0;
-        for (std::size_t w = 0; w < span / 8; w += 4)
+        for (std::size_t w = 0; w < span / 8; w += granule / 8)
             sum += tx.load(block + w);
         read.store(true);
         while (!allocated.load())

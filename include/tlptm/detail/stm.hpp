@@ -60,31 +60,38 @@ struct tx_retry {};
 
 class orec_table {
 public:
-    // 128 Ki orecs (1 MiB, mostly cache-resident) for the heap, one per 32-byte granule: a
-    // small object (a hash-table node) is covered by one orec, so reading it costs one orec miss
-    // at most. The allocator's metadata (below the heap) has 16 Ki orecs of its own, so that an
-    // allocation's bitmap and descriptor stores never invalidate a reader of application data
-    // that happens to lie a multiple of 4 MiB away (they used to share orecs: a map task of
-    // tlptm-shuffle reran whenever another task's commit took a superblock whose descriptor
-    // aliased one of its list heads).
-    static constexpr std::size_t size_log2 = 17;
+    // 64 Ki orecs for the heap, one per 64-byte granule (a cache line of data): a small object
+    // (a hash-table node) is covered by one orec, so reading it costs one orec miss at most, and
+    // a bulk value takes one lock and one check per line it covers. Each orec has 16 bytes of
+    // the table (8 unused), so that a line of orecs covers 256 bytes of the pool, as with the
+    // 32-byte granules and 8-byte orecs before (tlptm::false_sharing_span): the 64 bytes of a
+    // per-thread stripe are not thrown into one orec line with seven neighbours. The table
+    // takes 1.25 MiB, mostly cache-resident. The allocator's metadata (below the heap) has
+    // 16 Ki orecs of its own, so that an allocation's bitmap and descriptor stores never
+    // invalidate a reader of application data that happens to lie a multiple of 4 MiB away
+    // (they used to share orecs: a map task of tlptm-shuffle reran whenever another task's
+    // commit took a superblock whose descriptor aliased one of its list heads).
+    static constexpr std::size_t size_log2 = 16;
     static constexpr std::size_t size = std::size_t{1} << size_log2;
     static constexpr std::size_t meta_size = std::size_t{1} << 14;
     static constexpr std::size_t count = size + meta_size; ///< orecs in all
-    static constexpr unsigned granule_log2 = 5;
+    static constexpr unsigned granule_log2 = 6;
     static constexpr std::size_t line_bytes = 64; ///< the table's alignment: a cache line
-
-    // Zeroed (C++20 value-initialises atomics), and aligned to a cache line, so that the eight
+    /// Bytes of the table per orec (the orec word and padding).
+    static constexpr std::size_t orec_bytes = 16;
+    static constexpr std::size_t orecs_per_line = line_bytes / orec_bytes;
+    // Zeroed (C++20 value-initialises atomics), and aligned to a cache line, so that the four
     // orecs of a 256-byte span of the pool are one line (tlptm::false_sharing_span); plain
     // new[] of 1 MiB returns an address 16 bytes past a page, and every span's orecs straddled
     // two lines.
-    orec_table() : orecs_(new (std::align_val_t{line_bytes}) std::atomic<std::uint64_t>[count]()) {}
+    orec_table()
+        : orecs_(new (std::align_val_t{line_bytes}) std::atomic<std::uint64_t>[count * stride]()) {}
 
     /// Offsets below `heap_begin` are the allocator's metadata (pool_state::init_after_map).
     void set_heap_begin(std::uint64_t heap_begin) noexcept { heap_begin_ = heap_begin; }
 
-    /// The orec of the word at pool offset `offset` (8-aligned). The four words of a 32-byte
-    /// granule share one; heap granules 4 MiB apart share one, metadata granules 512 KiB apart
+    /// The orec of the word at pool offset `offset` (8-aligned). The eight words of a 64-byte
+    /// granule share one; heap granules 4 MiB apart share one, metadata granules 1 MiB apart
     /// share one; a heap granule and a metadata granule never do.
     std::uint32_t index(std::uint64_t offset) const noexcept {
         const std::uint64_t g = offset >> granule_log2;
@@ -92,7 +99,10 @@ public:
             return static_cast<std::uint32_t>(size + (g & (meta_size - 1)));
         return static_cast<std::uint32_t>(g & (size - 1));
     }
-    std::atomic<std::uint64_t>& operator[](std::uint32_t i) const noexcept { return orecs_[i]; }
+
+    std::atomic<std::uint64_t>& operator[](std::uint32_t i) const noexcept {
+        return orecs_[std::size_t{i} * stride];
+    }
 
     static bool locked(std::uint64_t o) noexcept { return o & 1; }
     static std::uint64_t version(std::uint64_t o) noexcept { return o >> 1; }
@@ -107,6 +117,7 @@ private:
             ::operator delete[](p, std::align_val_t{line_bytes});
         }
     };
+    static constexpr std::size_t stride = orec_bytes / sizeof(std::atomic<std::uint64_t>);
     std::unique_ptr<std::atomic<std::uint64_t>[], aligned_free> orecs_;
     std::uint64_t heap_begin_ = 0;
 };
@@ -115,7 +126,7 @@ private:
 
 namespace tlptm {
 
-/// The span of pool bytes whose orecs share one cache line (eight orecs of 32-byte granules):
+/// The span of pool bytes whose orecs share one cache line (four orecs of 64-byte granules):
 /// 256 bytes, aligned. Data that threads update independently of each other (per-thread
 /// counters, stripes) should lie at least this far apart, not only a cache line apart: two
 /// cores committing to the same span take locks on the same line of orecs, which then moves
@@ -123,9 +134,7 @@ namespace tlptm {
 /// apart, held two-thread workload b at 1.47x one thread; 256 bytes apart, 1.67-1.90x
 /// (docs/design.md, "Concurrency control").
 inline constexpr std::size_t false_sharing_span =
-    (std::size_t{1} << detail::orec_table::granule_log2) *
-    (detail::orec_table::line_bytes / sizeof(std::atomic<std::uint64_t>));
-
+    (std::size_t{1} << detail::orec_table::granule_log2) * detail::orec_table::orecs_per_line;
 } // namespace tlptm
 
 namespace tlptm::detail {
