@@ -46,12 +46,8 @@
 
 namespace tlptm::detail {
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(TLPTM_TSAN)
 #define TLPTM_NO_ASYMMETRIC_FENCE 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TLPTM_NO_ASYMMETRIC_FENCE 1
-#endif
 #endif
 #if !defined(__x86_64__) || !defined(__linux__) || !defined(__NR_membarrier)
 #define TLPTM_NO_ASYMMETRIC_FENCE 1

@@ -907,19 +907,11 @@ inline std::string to_hex(std::uint64_t v) {
     return buf;
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define TLPTM_TSAN_LAYOUT 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TLPTM_TSAN_LAYOUT 1
-#endif
-#endif
-
 // Where pools are mapped when the caller does not choose: far from the heap, the libraries
 // and the stack. ThreadSanitizer only supports application memory below 512 GiB (or at the
 // very top), so a TSan build uses [64 GiB, 480 GiB) instead; a pool created there opens in
 // any build but AddressSanitizer ones.
-#if defined(TLPTM_TSAN_LAYOUT)
+#if defined(TLPTM_TSAN)
 inline constexpr std::uint64_t default_base_lo = std::uint64_t{64} << 30;
 inline constexpr std::uint64_t default_base_hi = std::uint64_t{480} << 30;
 inline constexpr std::uint64_t default_base_step = std::uint64_t{1} << 30;

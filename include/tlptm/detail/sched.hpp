@@ -13,6 +13,15 @@
 #include <atomic>
 #include <cstdint>
 
+// TLPTM_TSAN: a ThreadSanitizer build (pools at addresses TSan supports, no asymmetric fences).
+#if defined(__SANITIZE_THREAD__)
+#define TLPTM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TLPTM_TSAN 1
+#endif
+#endif
+
 namespace tlptm::detail {
 
 /// Where a thread is when it reaches a scheduling point.
