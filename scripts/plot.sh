@@ -41,12 +41,20 @@ trap 'rm -rf "$work"' EXIT
 
 # table COLUMN FILTER OUT [WITH_PMDK]: a data file with one row per workload and one column
 # per log mode (and PMDK's if asked): the value of COLUMN of the tlptm runs that FILTER (an awk
-# condition over the named fields f["..."]) selects. The first matching run of a cell wins;
-# cells without a run are "?" (missing). Prints nothing and fails if no run matches.
+# condition over the named fields f["..."]) selects. A cell is the median of its matching runs
+# (the repetitions of a --reps file); cells without a run are "?" (missing). Prints nothing and
+# fails if no run matches.
 table() {
     local column="$1" filter="$2" out="$3" with_pmdk="${4:-no}"
     awk -F, -v col="$column" -v pmdk="$with_pmdk" '
         function unquote(s) { gsub(/^"|"$/, "", s); return s }
+        function median(w, m,    n, i, j, t, a) {
+            n = count[w, m]
+            for (i = 1; i <= n; i++) a[i] = vals[w, m, i]
+            for (i = 2; i <= n; i++)
+                for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
         NR == 1 { for (i = 1; i <= NF; i++) idx[$i] = i; next }
         {
             delete f
@@ -58,7 +66,8 @@ table() {
             w = f["workload"]
             if (!(w in seen_w)) { seen_w[w] = 1; ws[++nw] = w }
             if (!(m in seen_m)) { seen_m[m] = 1 }
-            if (!((w, m) in cell)) cell[w, m] = f[col]
+            vals[w, m, ++count[w, m]] = f[col] + 0
+            cell[w, m] = 1
         }
         END {
             if (nw == 0) exit 1
@@ -70,7 +79,7 @@ table() {
                 printf "%s", ws[i]
                 for (k = 1; k <= 5; k++)
                     if (order[k] in seen_m)
-                        printf " %s", ((ws[i], order[k]) in cell) ? cell[ws[i], order[k]] : "?"
+                        printf " %s", ((ws[i], order[k]) in cell) ? median(ws[i], order[k]) : "?"
                 printf "\n"
             }
         }' "$csv" >"$out"
