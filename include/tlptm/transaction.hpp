@@ -84,6 +84,36 @@ inline bool extend_snapshot(thread_slot& s, std::uint64_t seen) noexcept {
     return true;
 }
 
+/// True if orec `idx`, read unlocked at version `seen` above the snapshot, is one that the
+/// slot's last commit released at that version and nothing has written since: the words it
+/// covers hold what they held when that commit unlocked, which came before this attempt read
+/// the clock for its snapshot. Such a read needs no snapshot extension (which raises the
+/// shared clock with a locked instruction: one per insert of the workloads, for the size
+/// counter each insert bumps, and the clock's line bounced between two inserting threads).
+///
+/// Why it is safe. Any later writer of the orec locks it and takes a ts above the version it
+/// saw, so the version still being last_ts means no commit wrote the orec's granules since the
+/// slot's last commit (possibly none of them: two granules may share an orec, and the other's
+/// value is older still). That commit finished (unlock, then leave) before this attempt took
+/// the slot and read the clock: the reads it allows were current at the snapshot's moment, as
+/// every other read the snapshot allows (a commit with ts <= snapshot took its locks before
+/// the snapshot was read), and every commit that overwrites one of them locks after the read,
+/// so after the snapshot's moment. The version alone would not do: a commit of another thread
+/// may share the ts (disjoint commits do) and be releasing its orecs one by one as this
+/// attempt reads them. Validation at commit compares versions exactly, so these reads are
+/// validated like any other.
+[[gnu::always_inline]] inline bool released_by_last_commit(const thread_slot& s, std::uint32_t idx,
+                                                           std::uint64_t seen) noexcept {
+    if (orec_table::version(seen) != s.last_ts || s.own_count == 0)
+        return false;
+    if (mutated(mutation::own_version_only)) // the bug the released set prevents
+        return true;
+    for (std::uint32_t k = 0; k < s.own_count; ++k)
+        if (s.own_orecs[k] == idx)
+            return true;
+    return false;
+}
+
 /// Adds an orec read at version `seen` to the read-set: once for consecutive reads of the same
 /// orec at the same version (the words of one object).
 [[gnu::always_inline]] inline void note_read(thread_slot& s, std::uint32_t idx,
@@ -123,7 +153,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
         load_words();
         if (orec.load(std::memory_order_acquire) != o1)
             continue;
-        if (orec_table::version(o1) > s.snapshot) {
+        if (orec_table::version(o1) > s.snapshot && !released_by_last_commit(s, idx, o1)) {
             if (!extend_snapshot(s, orec_table::version(o1)))
                 conflict(s);
             continue;
@@ -151,7 +181,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
     const std::uint64_t o1 = orec.load(std::memory_order_seq_cst); // see extend_snapshot
     const std::uint64_t v = __atomic_load_n(st.word_at(off), __ATOMIC_ACQUIRE);
     if (orec.load(std::memory_order_acquire) != o1 || orec_table::locked(o1) ||
-        orec_table::version(o1) > s.snapshot)
+        (orec_table::version(o1) > s.snapshot && !released_by_last_commit(s, idx, o1)))
         return false;
     note_read(s, idx, o1);
     out = v;
@@ -449,6 +479,7 @@ inline void release_locks(thread_slot& s) noexcept {
 /// Locks the orecs of every word in the write-set (sorted by offset). Throws tx_retry (after
 /// releasing what it took) if another transaction holds one for too long.
 [[gnu::always_inline]] inline void lock_write_set(thread_slot& s) {
+    s.own_count = 0; // the versions change from here: the last commit's orecs are not its own
     orec_table& orecs = s.pool->orecs;
     const std::uint64_t mine = orec_table::make_lock(s.index);
     std::uint64_t previous = ~std::uint64_t{0};
@@ -759,6 +790,12 @@ inline void commit(thread_slot& s) {
         sched(sched_point::orec_unlock, &s);
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
+        if (s.locks.size() <= s.own_orecs.size()) { // the next attempt reads them as its own
+            std::uint32_t n = 0;
+            for (auto [idx, old] : s.locks)
+                s.own_orecs[n++] = idx;
+            s.own_count = n;
+        }
         s.locks.clear();
         s.unapplied_ts.store(ts, std::memory_order_release);
         s.committed = true;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -136,6 +137,12 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::uint64_t gen = 0;     ///< generation entries are sealed with
     bool attached = false;     ///< generation advanced in this opening of the pool
     std::uint64_t last_ts = 0; ///< timestamp of the newest entry in the ring
+    /// The orecs that the slot's last commit released at version last_ts (own_count of them),
+    /// so that the next transaction reads that commit's words without a snapshot extension
+    /// (read_granule, released_by_last_commit). Emptied when a commit starts locking; filled
+    /// only by a commit's final unlock, and left empty if it released more than fit.
+    std::array<std::uint32_t, 16> own_orecs{};
+    std::uint32_t own_count = 0;
     /// The ring's word at head & ~7 as this slot last wrote it (entries go out as whole words:
     /// the next entry rewrites the bytes before it from here). Unused while head % 8 == 0.
     std::uint64_t tail_word = 0;

@@ -50,6 +50,8 @@ enum class mutation : std::uint8_t {
     no_heavy_fence,     ///< the rare side of an asymmetric fence skips its barrier
     no_revoke_check,    ///< an attempt takes its held slot without checking for a thief
     carried_as_flushed, ///< eager: a line left to the next write-back counts as durable (I2)
+    own_version_only,   ///< a read above the snapshot at the slot's last ts counts as its own
+                        ///< without the orec being one that the slot's last commit released
 };
 
 #if defined(TLPTM_SCHED_HOOKS)
