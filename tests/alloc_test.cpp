@@ -608,3 +608,55 @@ TEST_CASE("pool_options::populate maps a ring at its first commit and a superblo
         CHECK(r->count.get() == 1);
     }
 }
+
+TEST_CASE("pool::prepare_thread attaches the thread's slot and maps its ring, keeping its bytes") {
+    namespace d = tlptm::detail;
+    tlptm_test::temp_path path("prepare");
+    auto o = opts();
+    o.populate = false; // the pages it maps are then its own doing
+    {
+        auto pool = tlptm::pool::create(path, o);
+        auto* r = pool.root<alloc_root>();
+        for (int k = 0; k < 50; ++k) // entries in a ring, for the reopening below to keep
+            tlptm::atomic(pool, [&] { r->count = r->count + 1; });
+    }
+    auto pool = tlptm::pool::open(path, o);
+    d::pool_state& st = pool.state();
+    auto* r = pool.root<alloc_root>();
+    // Every ring's bytes but the header line (the generation a slot starts when it attaches).
+    auto bodies = [&] {
+        std::vector<std::vector<std::uint8_t>> b;
+        for (const auto& s : st.slots)
+            b.emplace_back(s->ring.base + 64, s->ring.base + s->ring.size);
+        return b;
+    };
+    const auto before = bodies();
+    for (const auto& s : st.slots)
+        REQUIRE_FALSE(s->attached);
+
+    pool.prepare_thread();
+    const d::thread_slot* mine = nullptr;
+    for (const auto& s : st.slots)
+        if (s->attached) {
+            CHECK(mine == nullptr); // one slot only
+            mine = s.get();
+        }
+    REQUIRE(mine != nullptr);
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    CHECK(resident_pages(mine->ring.base, mine->ring.size) == mine->ring.size / page);
+    CHECK(bodies() == before);
+    pool.prepare_thread(); // idempotent
+    CHECK(bodies() == before);
+
+    // The thread's transactions use that slot, and what they commit is kept.
+    tlptm::atomic(pool, [&] { r->count = r->count + 1; });
+    CHECK(mine->last_ts > 0);
+    std::size_t attached = 0;
+    for (const auto& s : st.slots)
+        attached += s->attached ? 1 : 0;
+    CHECK(attached == 1);
+    CHECK_THROWS_AS(tlptm::atomic(pool, [&] { pool.prepare_thread(); }), tlptm::tx_scope_error);
+    pool.close();
+    auto again = tlptm::pool::open(path, o);
+    CHECK(again.root<alloc_root>()->count.get() == 51);
+}

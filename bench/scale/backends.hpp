@@ -10,7 +10,8 @@
 //                       index order) around one libpmemobj transaction
 //
 // Each owns one pool file for one run and removes it when destroyed. Every backend has
-// `name` and stats() (tlptm's counters; zero for PMDK).
+// `name`, stats() (tlptm's counters; zero for PMDK) and prepare_thread() (a worker's one-time
+// set-up before the clock starts: tlptm::pool::prepare_thread; nothing for PMDK).
 #pragma once
 
 #include <libpmemobj.h>
@@ -84,6 +85,7 @@ public:
     /// Runs f (several operations) as one libpmemobj transaction.
     template <class F> void batch(F&& f) { pmdk_ht::transaction(pop_, std::forward<F>(f)); }
     tlptm::stats stats() const { return {}; }
+    void prepare_thread() {} // the undo-log lanes were written when the pool was created
 
 private:
     struct alignas(64) stripe_lock {
@@ -218,6 +220,7 @@ public:
     }
 
     tlptm::stats stats() const { return pool_.stats(); }
+    void prepare_thread() { pool_.prepare_thread(); }
 
 private:
     struct alignas(64) account {
@@ -309,6 +312,7 @@ public:
     }
 
     tlptm::stats stats() const { return {}; }
+    void prepare_thread() {} // the undo-log lanes were written when the pool was created
 
 private:
     struct alignas(64) account {

@@ -145,7 +145,8 @@ constexpr key_type key_of(std::uint64_t id) noexcept {
 
 /// Runs `threads` workers on `w` for `seconds`: each calls w.step(its state) until told to
 /// stop. Returns the operations done and the elapsed time; an exception of a worker is
-/// rethrown. W provides `state`, make_state(t), step(state&) -> bool (false: cannot go on).
+/// rethrown. W provides `state`, make_state(t), step(state&) -> bool (false: cannot go on) and
+/// prepare_thread() (each worker's one-time set-up, before the start signal: not timed).
 /// Pins the calling thread to the n-th CPU (modulo their number) of `allowed`.
 inline void pin_to(const cpu_set_t& allowed, unsigned n) {
     const int count = CPU_COUNT(&allowed);
@@ -191,11 +192,18 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
             typename W::state& s = states[t];
             if (pin)
                 pin_to(allowed, t);
+            bool prepared = true;
+            try {
+                w.prepare_thread();
+            } catch (...) {
+                r.error = std::current_exception();
+                prepared = false;
+            }
             ready.fetch_add(1);
             while (!go.load(std::memory_order_acquire))
                 std::this_thread::yield();
             try {
-                while (!stop.load(std::memory_order_relaxed)) {
+                while (prepared && !stop.load(std::memory_order_relaxed)) {
                     if (!w.step(s)) {
                         r.stopped_early = true;
                         break;
@@ -348,6 +356,7 @@ public:
     }
 
     tlptm::stats stats() const { return table_.stats(); }
+    void prepare_thread() { table_.prepare_thread(); }
 
 private:
     static workloads::backend_config config_for(workload_kind kind, const scale_config& cfg,
@@ -357,9 +366,13 @@ private:
         c.path = cfg.pool_path;
         c.mode = tlptm::log_mode::tlptm;
         c.write_ns = 0;
-        // Four buckets per preloaded key: b's inserts during a run lengthen the chains little.
-        c.bucket_count = std::bit_ceil(std::max<std::uint64_t>(4 * preload, 16));
+        // Four buckets per preloaded key, and for b at least one per key the run may hold at
+        // its end (the preload and every thread's insert cap). With the preload's buckets
+        // only, b's inserts (about 300 000 per thread in a 0.2 s run) lengthened the chains to
+        // several nodes, more so the more threads inserted: two threads' b then measured no
+        // faster than one (0.96-1.02x), the walk taking the time, not the transactions.
         c.max_nodes = preload + (kind == workload_kind::b ? insert_cap * threads : 0);
+        c.bucket_count = std::bit_ceil(std::max<std::uint64_t>({4 * preload, c.max_nodes, 16}));
         c.threads = threads;
         c.durability = cfg.durability;
         return c;
@@ -438,6 +451,7 @@ public:
     }
 
     tlptm::stats stats() const { return bank_.stats(); }
+    void prepare_thread() { bank_.prepare_thread(); }
 
 private:
     /// The conflict probability as a threshold on 53 random bits.
@@ -483,6 +497,7 @@ public:
     }
 
     tlptm::stats stats() const { return {}; }
+    void prepare_thread() const noexcept {}
 };
 
 /// Makes the run's pool, runs it and checks it. Never throws for a failure of the run: that

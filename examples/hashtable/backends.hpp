@@ -18,6 +18,8 @@
 //   reopen()                           close the pool and open it again (the table must be
 //                                      found as it was: what was committed is durable)
 //   stats() -> tlptm::stats            counters since the pool was opened (if has_stats)
+//   prepare_thread()                   called by each worker before the clock starts: the
+//                                      thread's one-time set-up (tlptm: pool::prepare_thread)
 #pragma once
 
 #include <bit>
@@ -107,6 +109,7 @@ public:
     std::uint64_t count_nodes() const { return table_.count_nodes(); }
     template <class F> void batch(F&& f) { tlptm::atomic(pool_, std::forward<F>(f)); }
     tlptm::stats stats() const { return pool_.stats(); }
+    void prepare_thread() { pool_.prepare_thread(); }
 
     /// Closes the pool (checkpoint, unmap) and opens it again, running recovery; the counters
     /// start again from zero.
@@ -189,6 +192,7 @@ public:
     std::uint64_t count_nodes() const { return table_.count_nodes(); }
     template <class F> void batch(F&& f) { pmdk_ht::transaction(pop_, std::forward<F>(f)); }
     tlptm::stats stats() const { return {}; }
+    void prepare_thread() {} // the undo-log lanes were written when the pool was created
 
     /// Closes the pool and opens it again (libpmemobj maps it at a new address: the table
     /// links are PMEMoids).
