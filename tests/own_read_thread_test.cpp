@@ -84,6 +84,30 @@ TEST_CASE("a transaction reads its thread's last commit without raising the cloc
     CHECK(r->y.v.get() == 9);
 }
 
+TEST_CASE("an extension raises the clock to the slot's last commit, not only to the version "
+          "it found") {
+    tlptm_test::temp_path path("extend-to-last");
+    auto pool = tlptm::pool::create(path, options(2));
+    auto* r = pool.root<own_root>();
+    d::pool_state& st = pool.state();
+    tlptm::atomic(pool, [&] { r->y.v = 1; }); // attaches this thread's slot
+    const std::uint64_t k = st.advance_clock(st.clock.load() + 100);
+    tlptm::atomic(pool, [&] { r->x.v = 7; }); // ts k + 1
+    tlptm::atomic(pool, [&] { r->y.v = 2; }); // ts k + 2: the slot's last commit
+    REQUIRE(version_of(pool, &r->x.v) == k + 1);
+    REQUIRE(version_of(pool, &r->y.v) == k + 2);
+    REQUIRE(st.clock.load() == k);
+    // Another slot commits z at ts k + 1; reading it extends this attempt's snapshot.
+    std::thread([&] { tlptm::atomic(pool, [&] { r->z.v = 5; }); }).join();
+    REQUIRE(version_of(pool, &r->z.v) == k + 1);
+    CHECK(tlptm::atomic(pool, [&] { return r->z.v.get(); }) == 5);
+    // Raised to k + 2 (the slot's last commit), not just to z's k + 1: x, written two commits
+    // back, is now within every new snapshot, and reading it extends nothing.
+    CHECK(st.clock.load() == k + 2);
+    CHECK(tlptm::atomic(pool, [&] { return r->x.v.get() + r->z.v.get(); }) == 12);
+    CHECK(st.clock.load() == k + 2);
+}
+
 TEST_CASE("own reads keep opacity: threads read their last commit and each other's pairs") {
     // Each thread t keeps a pair (a[t], b[t]) equal and a counter c[t] that only it writes:
     // every transaction reads its own counter (its last commit's orec: an own read), checks

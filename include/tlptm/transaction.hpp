@@ -67,8 +67,12 @@ template <class F> inline void for_each_word(std::uint64_t at, std::size_t n, F&
 }
 
 /// Snapshot extension, when a read found version `seen` above the snapshot: raises the clock
-/// to `seen` if it is below (commits do not advance it), then moves the snapshot to the clock
-/// if every read is still valid.
+/// to `seen` if it is below (commits do not advance it), and to the slot's last commit
+/// (finished, so raising the clock to it is as safe as to any value), then moves the snapshot
+/// to the clock if every read is still valid. Raising it to `seen` only left the thread's own
+/// earlier commits above the clock, and the next read of a word one of them wrote (or of a
+/// word whose orec it shares) extended again: 18 600 extensions in 100 000 inserts of
+/// workload a at one thread, 11 after this (two threads: 25 900 -> 20 600).
 ///
 /// Why a snapshot s taken from the clock is safe although commits do not write it: a commit
 /// locks its write-set, then reads the clock (seq_cst), and takes a ts above what it read. If
@@ -77,7 +81,7 @@ template <class F> inline void for_each_word(std::uint64_t at, std::size_t n, F&
 /// loads) shows the lock or the new version: the attempt never mixes the commit's old and new
 /// values. Values read before s are validated here after the clock is read.
 inline bool extend_snapshot(thread_slot& s, std::uint64_t seen) noexcept {
-    std::uint64_t now = s.pool->advance_clock(seen);
+    std::uint64_t now = s.pool->advance_clock(std::max(seen, s.last_ts));
     if (!validate_reads(s))
         return false;
     s.snapshot = now;
