@@ -369,8 +369,8 @@ private:
         // Four buckets per preloaded key, and for b at least one per key the run may hold at
         // its end (the preload and every thread's insert cap). With the preload's buckets
         // only, b's inserts (about 300 000 per thread in a 0.2 s run) lengthened the chains to
-        // several nodes, more so the more threads inserted: two threads' b then measured no
-        // faster than one (0.96-1.02x), the walk taking the time, not the transactions.
+        // several nodes, more so the more threads inserted. (This alone did not make two
+        // threads' b scale: 0.96-1.02x before, 1.00-1.06x after; see docs/scaling.md.)
         c.max_nodes = preload + (kind == workload_kind::b ? insert_cap * threads : 0);
         c.bucket_count = std::bit_ceil(std::max<std::uint64_t>({4 * preload, c.max_nodes, 16}));
         c.threads = threads;
