@@ -792,14 +792,15 @@ inline void commit(thread_slot& s) {
         // (above); a thread that needs CT to pass this commit sooner settles the slot. Lazy:
         // the batch below flushes them.
         sched(sched_point::orec_unlock, &s);
-        for (auto [idx, old] : s.locks)
+        // The next attempt reads these orecs as its own (released_by_last_commit), if they fit.
+        const bool remember = s.locks.size() <= s.own_orecs.size();
+        std::uint32_t released = 0;
+        for (auto [idx, old] : s.locks) {
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
-        if (s.locks.size() <= s.own_orecs.size()) { // the next attempt reads them as its own
-            std::uint32_t n = 0;
-            for (auto [idx, old] : s.locks)
-                s.own_orecs[n++] = idx;
-            s.own_count = n;
+            if (remember)
+                s.own_orecs[released++] = idx;
         }
+        s.own_count = released;
         s.locks.clear();
         s.unapplied_ts.store(ts, std::memory_order_release);
         s.committed = true;
