@@ -35,23 +35,37 @@ std::uint64_t version_of(tlptm::pool& pool, const void* word) {
     return d::orec_table::version(st.orecs[st.orecs.index(st.offset_of(word))].load());
 }
 
+/// A pool whose clock stands at k with this thread's slot attached, and x = 7 committed at
+/// ts k + 1 (commits take a ts above the clock and leave the clock where it is: GV5). Raising
+/// the clock is always allowed; from k on, a slot attached later also takes k + 1 next.
+struct clock_at_k {
+    tlptm_test::temp_path path;
+    tlptm::pool pool;
+    own_root* r;
+    d::pool_state& st;
+    std::uint64_t k;
+
+    explicit clock_at_k(const char* name)
+        : path(name), pool(tlptm::pool::create(path, options(2))), r(pool.root<own_root>()),
+          st(pool.state()) {
+        tlptm::atomic(pool, [&] { r->y.v = 1; }); // attaches this thread's slot
+        k = st.advance_clock(st.clock.load() + 100);
+        tlptm::atomic(pool, [&] { r->x.v = 7; });
+        REQUIRE(version_of(pool, &r->x.v) == k + 1);
+        REQUIRE(st.clock.load() == k);
+    }
+};
+
 } // namespace
 
 TEST_CASE("a transaction reads its thread's last commit without raising the clock; another "
           "slot's commit at the same ts is not its own") {
-    tlptm_test::temp_path path("own-read");
-    auto pool = tlptm::pool::create(path, options(2));
-    auto* r = pool.root<own_root>();
-    d::pool_state& st = pool.state();
-    tlptm::atomic(pool, [&] { r->y.v = 1; }); // attaches this thread's slot
-    // Raising the clock is always allowed; from K on, both slots' next ts is K + 1.
-    const std::uint64_t k = st.advance_clock(st.clock.load() + 100);
-
-    // A commit takes a ts above the clock and leaves the clock where it is (GV5).
-    tlptm::atomic(pool, [&] { r->x.v = 7; });
-    const std::uint64_t mine = version_of(pool, &r->x.v);
-    REQUIRE(mine == k + 1);
-    REQUIRE(st.clock.load() == k);
+    clock_at_k f("own-read");
+    tlptm::pool& pool = f.pool;
+    own_root* r = f.r;
+    d::pool_state& st = f.st;
+    const std::uint64_t k = f.k;
+    const std::uint64_t mine = k + 1; // the slot's last commit
 
     // The next transactions read x, which the last commit released: no extension (which would
     // raise the clock to the version it found), read-write and read-only alike.
@@ -86,15 +100,12 @@ TEST_CASE("a transaction reads its thread's last commit without raising the cloc
 
 TEST_CASE("an extension raises the clock to the slot's last commit, not only to the version "
           "it found") {
-    tlptm_test::temp_path path("extend-to-last");
-    auto pool = tlptm::pool::create(path, options(2));
-    auto* r = pool.root<own_root>();
-    d::pool_state& st = pool.state();
-    tlptm::atomic(pool, [&] { r->y.v = 1; }); // attaches this thread's slot
-    const std::uint64_t k = st.advance_clock(st.clock.load() + 100);
-    tlptm::atomic(pool, [&] { r->x.v = 7; }); // ts k + 1
+    clock_at_k f("extend-to-last");
+    tlptm::pool& pool = f.pool;
+    own_root* r = f.r;
+    d::pool_state& st = f.st;
+    const std::uint64_t k = f.k;
     tlptm::atomic(pool, [&] { r->y.v = 2; }); // ts k + 2: the slot's last commit
-    REQUIRE(version_of(pool, &r->x.v) == k + 1);
     REQUIRE(version_of(pool, &r->y.v) == k + 2);
     REQUIRE(st.clock.load() == k);
     // Another slot commits z at ts k + 1; reading it extends this attempt's snapshot.
