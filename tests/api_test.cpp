@@ -1,14 +1,19 @@
 // The public API: pools, p<T>, tlptm::atomic, tx.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <random>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -336,6 +341,99 @@ TEST_CASE("log_write: entries written with stores and flushes are counted as who
         CHECK(r->u64 == 51);
         CHECK(r->words[49] == 49);
     }
+}
+
+TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the faster method") {
+    // On a file of the pool's kind of mapping (shared, in the tests' directory), filled with
+    // random bytes: the measurement rewrites words with their own values only.
+    tlptm_test::temp_path path("log-write-probe");
+    const std::size_t bytes = 64 << 10;
+    int fd = ::open(path.str().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(m != MAP_FAILED);
+    auto* area = static_cast<std::uint8_t*>(m);
+    std::mt19937_64 rng(7);
+    for (std::size_t i = 0; i < bytes; i += 8) {
+        const std::uint64_t v = rng();
+        std::memcpy(area + i, &v, 8);
+    }
+    const std::vector<std::uint8_t> before(area, area + bytes);
+    const tlptm::log_write_choice c = tlptm::detail::measure_log_write(area, bytes);
+    CHECK(std::memcmp(area, before.data(), bytes) == 0);
+    ::munmap(m, bytes);
+#if defined(__x86_64__)
+    CHECK(c.measured);
+    CHECK(c.non_temporal_small_ns > 0);
+    CHECK(c.store_and_flush_small_ns > 0);
+    CHECK(c.non_temporal_large_ns > 0);
+    CHECK(c.store_and_flush_large_ns > 0);
+    const bool flush_faster = c.store_and_flush_small_ns + c.store_and_flush_large_ns <
+                              0.9 * (c.non_temporal_small_ns + c.non_temporal_large_ns);
+    CHECK(c.method ==
+          (flush_faster ? tlptm::log_write::store_and_flush : tlptm::log_write::non_temporal));
+#endif
+}
+
+TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and recovery "
+          "replays them") {
+    tlptm_test::temp_path path("log-write-auto"), image("log-write-auto-image"),
+        other("log-write-auto-other");
+    auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);
+    REQUIRE(opt.log_write == tlptm::log_write::automatic); // the default
+    {
+        auto pool = tlptm::pool::create(path, opt);
+        const tlptm::log_write_choice c = pool.chosen_log_write();
+        CHECK(c.measured);
+        CHECK(c.method != tlptm::log_write::automatic);
+        auto* r = pool.root<api_root>();
+        auto s0 = pool.stats();
+        for (std::uint64_t i = 0; i < 20; ++i)
+            tlptm::atomic(pool, [&] { r->u64 = i + 1; });
+        auto d = pool.stats() - s0;
+        CHECK(d.log_bytes > 0);
+        if (c.method == tlptm::log_write::store_and_flush) {
+            CHECK(d.streamed_bytes == 0);
+            CHECK(d.log_lines_flushed >= 20);
+        } else {
+            CHECK(d.streamed_bytes >= d.log_bytes);
+            CHECK(d.log_lines_flushed == 0);
+        }
+        // Measured once per device: a second pool beside it takes the same choice.
+        {
+            auto second = tlptm::pool::create(other, opt);
+            CHECK(second.chosen_log_write().method == c.method);
+            CHECK(second.chosen_log_write().non_temporal_small_ns == c.non_temporal_small_ns);
+        }
+        std::filesystem::copy_file(path.str(), image.str());
+        pool.close();
+    }
+    auto pool = tlptm::pool::open(image, opt);
+    CHECK(pool.last_recovery().entries_replayed > 0);
+    CHECK(pool.root<api_root>()->u64 == 20);
+}
+
+TEST_CASE("log_write: nothing is measured when the method is given, in msync mode or with a "
+          "test policy") {
+    tlptm_test::temp_path a("log-write-given"), b("log-write-msync"), c("log-write-policy");
+    auto opt = tlptm_test::small_options();
+    opt.log_write = tlptm::log_write::store_and_flush;
+    auto given = tlptm::pool::create(a, opt);
+    CHECK_FALSE(given.chosen_log_write().measured);
+    CHECK(given.chosen_log_write().method == tlptm::log_write::store_and_flush);
+
+    opt = tlptm_test::small_options();
+    opt.durability = tlptm::durability::msync;
+    auto synced = tlptm::pool::create(b, opt);
+    CHECK_FALSE(synced.chosen_log_write().measured);
+    CHECK(synced.chosen_log_write().method == tlptm::log_write::non_temporal);
+
+    tlptm_test::ram_policy policy;
+    auto traced = tlptm::pool::create(c, tlptm_test::options_with(policy));
+    CHECK_FALSE(traced.chosen_log_write().measured);
+    CHECK(traced.chosen_log_write().method == tlptm::log_write::non_temporal);
 }
 
 TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update, eager write-back") {

@@ -85,7 +85,13 @@ public:
 
     explicit tlptm_backend(const backend_config& c)
         : file_(c.path), options_(options_for(c)), pool_(tlptm::pool::create(c.path, options_)),
-          table_(table_type::create(pool_, c.bucket_count)) {}
+          table_(table_type::create(pool_, c.bucket_count)) {
+        last_log_write = pool_.chosen_log_write();
+    }
+
+    /// How the last pool wrote its log entries (the same for every run of a process: the
+    /// library measures once per device). Empty until a pool was made.
+    static inline std::optional<tlptm::log_write_choice> last_log_write;
 
     tlptm_backend(const tlptm_backend&) = delete; // the table points at pool_
     tlptm_backend& operator=(const tlptm_backend&) = delete;
@@ -130,14 +136,17 @@ private:
         if (const char* wb = std::getenv("TLPTM_WRITE_BACK"))
             o.write_back =
                 std::string(wb) == "lazy" ? tlptm::write_back::lazy : tlptm::write_back::eager;
-        // TLPTM_LOG_WRITE=nt|flush compares the ways of writing log entries (default: the
-        // library's, non-temporal).
+        // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
+        // library's, auto: measured when the pool opens).
         if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {
             const std::string v(lw);
             if (v == "flush")
                 o.log_write = tlptm::log_write::store_and_flush;
-            else if (v != "nt" && !v.empty())
-                throw std::invalid_argument("TLPTM_LOG_WRITE must be nt or flush, not '" + v + "'");
+            else if (v == "nt")
+                o.log_write = tlptm::log_write::non_temporal;
+            else if (v != "auto" && !v.empty())
+                throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
+                                            "'");
         }
         o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
         const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);

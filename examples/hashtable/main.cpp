@@ -273,6 +273,22 @@ std::string default_pool_path() {
     return (dir / ("tlptm-workloads-" + std::to_string(::getpid()) + ".pool")).string();
 }
 
+/// How tlptm wrote its log entries, and the measurement behind the choice.
+void print_log_write(std::FILE* out, const tlptm::log_write_choice& c) {
+    const char* how = c.method == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
+                                                                    : "non-temporal stores";
+    if (!c.measured) {
+        std::fprintf(out, "tlptm log entries: %s (set by TLPTM_LOG_WRITE)\n", how);
+        return;
+    }
+    std::fprintf(out,
+                 "tlptm log entries: %s, measured when the pool opened (per entry + SFENCE, "
+                 "12-36 B / 72-520 B at packed ring positions): non-temporal %.0f / %.0f ns, "
+                 "stores + CLWB %.0f / %.0f ns\n",
+                 how, c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
+                 c.store_and_flush_large_ns);
+}
+
 template <std::size_t N> int run_all(const options& o, const std::string& pool_path) {
     std::FILE* out = stdout;
     std::vector<run_result> rows;
@@ -369,6 +385,8 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                          "dependent cache miss %.0f ns\n",
                          floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns);
     }
+    if (const auto& lw = tlptm_backend<N>::last_log_write; lw && !o.quiet)
+        print_log_write(out, *lw);
     std::size_t failed = 0;
     for (const run_result& r : rows)
         failed += r.ok() ? 0 : 1;

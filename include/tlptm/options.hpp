@@ -70,8 +70,10 @@ struct pool_options {
     /// How write-back becomes durable (see tlptm::write_back); this opening only. Eager is the
     /// default because it measured faster on the workloads (docs/design.md, "Write-back").
     tlptm::write_back write_back = tlptm::write_back::eager;
-    /// How log entries are written (see tlptm::log_write); this opening only.
-    tlptm::log_write log_write = tlptm::log_write::non_temporal;
+    /// How log entries are written (see tlptm::log_write); this opening only. Automatic
+    /// measures both ways on the pool's log rings when the pool opens (once per device and
+    /// process) and takes the faster; pool::chosen_log_write() tells which.
+    tlptm::log_write log_write = tlptm::log_write::automatic;
     /// Lazy write-back: a thread's batch is written back once it has this many distinct dirty
     /// lines (the high watermark). Larger batches mean fewer fences and more log to replay after
     /// a crash (bounded by the ring anyway).

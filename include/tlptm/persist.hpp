@@ -65,16 +65,35 @@ enum class write_back {
 /// Either way the entry is durable after the commit's fence (F1); only the instructions and
 /// the bytes written back differ (docs/design.md, "Writing the log entry").
 enum class log_write {
-    /// Non-temporal stores of the whole aligned 8-byte words around the entry, the default:
-    /// the entry's bytes go to memory without passing through the cache and the next entry
-    /// never reads the ring's line back.
+    /// The faster of the two below on this machine, measured when the pool is opened (the
+    /// default). Which one wins depends on the CPU: on the AMD EPYC guest the project is
+    /// measured on, whole-word non-temporal stores persisted a small entry in 120-150 ns against
+    /// 185-195 ns for stores and CLWB; on an Intel Xeon guest a non-temporal store of part of a
+    /// line took 370-420 ns and stores with CLWB 130-170 ns (docs/design.md). The choice is in
+    /// pool::chosen_log_write(). With a test's persist_policy it is non_temporal.
+    automatic,
+    /// Non-temporal stores of the whole aligned 8-byte words around the entry: the entry's
+    /// bytes go to memory without passing through the cache and the next entry never reads
+    /// the ring's line back.
     non_temporal,
     /// Ordinary stores, then a flush (CLWB) of every line the entry touches. Whole lines are
     /// written back, including the part of a line that earlier entries already made durable
-    /// (counted in stats::log_lines_flushed). Measured slower than whole-word non-temporal
-    /// stores on small transactions (docs/design.md); on a CPU whose CLWB evicts the line, the
-    /// next entry's store also reads the line back from the medium.
+    /// (counted in stats::log_lines_flushed). On a CPU whose CLWB evicts the line, the next
+    /// entry's store also reads the line back from the medium (the measurement sees that).
     store_and_flush,
+};
+
+/// The method an opening writes log entries with, and, when pool_options::log_write was
+/// automatic on persistent memory (or its emulation), the measurement that chose it: the mean
+/// time to write one entry at a packed position of a log ring and fence it, best of several
+/// rounds, for small entries (12-36 bytes, what a small update logs) and larger ones
+/// (72-520 bytes).
+struct log_write_choice {
+    log_write method = log_write::non_temporal;
+    bool measured =
+        false; ///< false: given by pool_options::log_write, or msync mode, or a test policy
+    double non_temporal_small_ns = 0, store_and_flush_small_ns = 0;
+    double non_temporal_large_ns = 0, store_and_flush_large_ns = 0;
 };
 
 /// Replaces the production persistence path, for tests that trace or crash the commit path.
@@ -481,6 +500,70 @@ private:
     std::atomic<int> failed_{0};
     bool leading_ = false; ///< a call is running
 };
+
+/// log_write::automatic's measurement: times both ways of writing a log entry on `area`
+/// (`bytes` >= 4096 of the pool's mapping, which no one else writes meanwhile) and returns the
+/// faster. Every word is rewritten with the value it holds, so nothing that a crash or a
+/// reader could see changes. The entries are laid end to end as a ring lays them, each one
+/// fenced; rounds alternate between the methods, the best round of each counts (the machines
+/// are shared and noisy), and stores with flushes must win by 10 % to be chosen (they write
+/// whole lines back: more bytes to persistent memory). About half a millisecond.
+inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes) {
+    log_write_choice c;
+#if defined(__x86_64__)
+    static constexpr std::size_t small[] = {12, 24, 36, 20};
+    static constexpr std::size_t large[] = {72, 136, 264, 520};
+    constexpr int per_round = 48, rounds = 5;
+    const std::size_t span = std::min<std::size_t>(bytes, std::size_t{64} << 10);
+    std::size_t at = 0;
+    auto write_entry = [&](std::size_t n, bool nt) {
+        if (at + n + 8 > span)
+            at = 0;
+        const auto a = reinterpret_cast<std::uintptr_t>(area);
+        const std::uintptr_t lo = (a + at) & ~std::uintptr_t{7};
+        const std::uintptr_t hi = (a + at + n + 7) & ~std::uintptr_t{7};
+        if (nt) {
+            stream_copy(reinterpret_cast<void*>(lo), reinterpret_cast<const void*>(lo), hi - lo);
+        } else {
+            for (std::uintptr_t w = lo; w < hi; w += 8) {
+                auto* p = reinterpret_cast<std::uint64_t*>(w);
+                __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+            }
+            flush_cpu_lines(reinterpret_cast<const void*>(lo), hi - lo);
+        }
+        _mm_sfence();
+        at += n;
+    };
+    auto round = [&](const auto& sizes, bool nt) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int k = 0; k < per_round; ++k)
+            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], nt);
+        const std::chrono::duration<double, std::nano> d = std::chrono::steady_clock::now() - t0;
+        return d.count() / per_round;
+    };
+    for (bool nt : {true, false}) { // first touch of the pages, not timed
+        round(small, nt);
+        round(large, nt);
+    }
+    double best[4] = {1e18, 1e18, 1e18, 1e18}; // nt small, flush small, nt large, flush large
+    for (int r = 0; r < rounds; ++r)
+        for (int k = 0; k < 4; ++k) {
+            const int m = (k + r) % 4; // rotate which one goes first
+            const double t = m < 2 ? round(small, m == 0) : round(large, m == 2);
+            best[m] = std::min(best[m], t);
+        }
+    c.measured = true;
+    c.non_temporal_small_ns = best[0];
+    c.store_and_flush_small_ns = best[1];
+    c.non_temporal_large_ns = best[2];
+    c.store_and_flush_large_ns = best[3];
+    c.method = best[1] + best[3] < 0.9 * (best[0] + best[2]) ? log_write::store_and_flush
+                                                             : log_write::non_temporal;
+#else
+    (void)area, (void)bytes;
+#endif
+    return c;
+}
 
 /// Per-thread persistence state: the thread's counters and, in msync mode, the page ranges
 /// flushed since the last fence.

@@ -288,6 +288,9 @@ public:
     bool uses_cpu_flush() const { return state().persist.mode() == detail::persistence::kind::cpu; }
     /// True if the file is mapped with MAP_SYNC (real persistent memory, DAX).
     bool is_pmem() const { return state().map_sync; }
+    /// How this opening writes log entries (pool_options::log_write), and when that was
+    /// automatic, the measurement that chose the method.
+    const log_write_choice& chosen_log_write() const { return state().log_choice; }
 
     /// Internal: the shared state (for tlptm::atomic and tools).
     detail::pool_state& state() const {

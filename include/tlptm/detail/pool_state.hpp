@@ -224,6 +224,7 @@ struct pool_state {
     tlptm::write_back write_back_mode = tlptm::write_back::eager;
     std::size_t write_back_lines = 0; ///< lazy: dirty lines of a slot that trigger a batch
     persistence persist;
+    log_write_choice log_choice;  ///< how persist writes log entries, and why (log_write)
     bool map_sync = false;        ///< mapped with MAP_SYNC (real persistent memory)
     bool populate_on_use = false; ///< pool_options::populate in effect (see populate())
     std::uint64_t id = next_id();
@@ -984,8 +985,29 @@ inline void prefault_pages(pool_state& st, const pool_options& opt) {
         (void)::madvise(st.base, st.size, MADV_POPULATE_WRITE);
 }
 
-/// Chooses how stores become durable for this mapping.
-inline void choose_persistence(pool_state& st, const pool_options& opt) {
+/// log_write::automatic: the measured method for the device the pool file is on, measured
+/// once per device and process on `area` (part of the pool's log rings, which no one writes
+/// while the pool opens), so that a program or test opening many pools measures once.
+inline log_write_choice automatic_log_write(int fd, std::uint8_t* area, std::size_t bytes) {
+    static std::mutex m;
+    static std::vector<std::pair<dev_t, log_write_choice>> measured;
+    struct stat sb {};
+    const bool known = ::fstat(fd, &sb) == 0;
+    std::lock_guard<std::mutex> g(m);
+    if (known)
+        for (const auto& [dev, c] : measured)
+            if (dev == sb.st_dev)
+                return c;
+    log_write_choice c = measure_log_write(area, bytes);
+    if (known)
+        measured.emplace_back(sb.st_dev, c);
+    return c;
+}
+
+/// Chooses how stores become durable for this mapping, and how log entries are written
+/// (`rings`: the log rings' bytes, where log_write::automatic measures).
+inline void choose_persistence(pool_state& st, const pool_options& opt, std::uint8_t* rings,
+                               std::size_t ring_bytes) {
     std::uint32_t write_ns =
         opt.emulate_write_ns ? *opt.emulate_write_ns : env_u32("TLPTM_EMULATE_WRITE_NS", 0);
     bool emulate_env = env_u32("TLPTM_EMULATE_PMEM", 0) != 0;
@@ -1008,7 +1030,12 @@ inline void choose_persistence(pool_state& st, const pool_options& opt) {
         k = persistence::kind::cpu;
         break;
     }
-    st.persist = persistence(k, opt.policy, write_ns, opt.log_write);
+    st.log_choice = log_write_choice{};
+    if (opt.log_write != log_write::automatic)
+        st.log_choice.method = opt.log_write;
+    else if (k == persistence::kind::cpu && opt.policy == nullptr)
+        st.log_choice = automatic_log_write(st.fd, rings, ring_bytes);
+    st.persist = persistence(k, opt.policy, write_ns, st.log_choice.method);
 }
 
 /// Creates a new pool file. Throws pool_error (exists, no space, cannot map, options that
@@ -1086,7 +1113,7 @@ inline std::shared_ptr<pool_state> create_state(const std::string& path, const p
                 }
             }
         }
-        choose_persistence(*st, opt);
+        choose_persistence(*st, opt, st->base + g.log_offset, g.ring_size);
         auto* h = reinterpret_cast<pool_header*>(st->base);
         h->version = layout_version;
         h->header_size = header_bytes;
@@ -1151,7 +1178,7 @@ inline std::shared_ptr<pool_state> open_state(const std::string& path, const poo
     // The mapping shows the same bytes we validated (we hold the file lock).
     if (std::memcmp(st->base, h.get(), header_bytes) != 0)
         throw layout_error("tlptm: pool '" + path + "': header changed while opening");
-    choose_persistence(*st, opt);
+    choose_persistence(*st, opt, st->base + h->log_offset, h->ring_size);
     prefault_pages(*st, opt);
     st->init_after_map(opt);
     return st;
