@@ -363,6 +363,9 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     const std::vector<std::uint8_t> before(area, area + bytes);
     const tlptm::log_write_choice c = tlptm::detail::measure_log_write(area, bytes);
     CHECK(std::memcmp(area, before.data(), bytes) == 0);
+    // An area smaller than any pool's ring is not measured on.
+    CHECK_FALSE(tlptm::detail::measure_log_write(area, 1024).measured);
+    CHECK(std::memcmp(area, before.data(), bytes) == 0);
     ::munmap(m, bytes);
 #if defined(__x86_64__)
     CHECK(c.measured);

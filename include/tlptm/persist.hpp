@@ -511,6 +511,8 @@ private:
 inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes) {
     log_write_choice c;
 #if defined(__x86_64__)
+    if (bytes < 4096) // not a ring of any pool that opens: leave the default
+        return c;
     static constexpr std::size_t small[] = {12, 24, 36, 20};
     static constexpr std::size_t large[] = {72, 136, 264, 520};
     constexpr int per_round = 48, rounds = 5;
