@@ -71,9 +71,9 @@ struct recorder {
         return r.calls[id].failed ? EIO : 0;
     }
 
-    /// The call that held the range starting at lo: it must exist and have returned.
-    const call* holder(std::uintptr_t lo) {
-        std::lock_guard lk(m);
+    /// The call that held the range starting at lo, or nullptr. The caller holds `m` while it
+    /// reads the call: another thread's call may grow `calls` and move it.
+    const call* holder(std::uintptr_t lo) const {
         auto it = call_of.find(lo);
         return it == call_of.end() ? nullptr : &calls[it->second];
     }
@@ -106,8 +106,8 @@ TEST_CASE("a fence returns only after a sync call that held its pages returned, 
                 if (k % 3 == 0) // a second range of the same fence (a log page and data pages)
                     pending.push_back({mine.first + 4096, mine.second + 4096});
                 own_calls += static_cast<unsigned>(group.sync(pending));
-                const recorder::call* c = rec.holder(mine.first);
                 std::lock_guard lk(rec.m);
+                const recorder::call* c = rec.holder(mine.first);
                 if (c == nullptr || !c->returned || !pending.empty())
                     ++not_synced;
             }
@@ -283,8 +283,8 @@ failure_counts fence_through_failure(sync_group& group, recorder& rec, unsigned 
                     ++threw;
                     ok = false;
                 }
-                const recorder::call* c = rec.holder(mine.first);
                 std::lock_guard lk(rec.m);
+                const recorder::call* c = rec.holder(mine.first);
                 if (ok ? c == nullptr || c->failed || !c->returned : c != nullptr && !c->failed)
                     ++wrong;
             }
