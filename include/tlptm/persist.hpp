@@ -90,8 +90,8 @@ enum class log_write {
 /// (72-520 bytes).
 struct log_write_choice {
     log_write method = log_write::non_temporal;
-    bool measured =
-        false; ///< false: given by pool_options::log_write, or msync mode, or a test policy
+    /// False: given by pool_options::log_write, or msync mode, or a test policy.
+    bool measured = false;
     double non_temporal_small_ns = 0, store_and_flush_small_ns = 0;
     double non_temporal_large_ns = 0, store_and_flush_large_ns = 0;
 };
