@@ -45,8 +45,8 @@ struct clock_at_k {
     d::pool_state& st;
     std::uint64_t k;
 
-    explicit clock_at_k(const char* name)
-        : path(name), pool(tlptm::pool::create(path, options(2))), r(pool.root<own_root>()),
+    clock_at_k()
+        : path("own-read"), pool(tlptm::pool::create(path, options(2))), r(pool.root<own_root>()),
           st(pool.state()) {
         tlptm::atomic(pool, [&] { r->y.v = 1; }); // attaches this thread's slot
         k = st.advance_clock(st.clock.load() + 100);
@@ -58,13 +58,8 @@ struct clock_at_k {
 
 } // namespace
 
-TEST_CASE("a transaction reads its thread's last commit without raising the clock; another "
-          "slot's commit at the same ts is not its own") {
-    clock_at_k f("own-read");
-    tlptm::pool& pool = f.pool;
-    own_root* r = f.r;
-    d::pool_state& st = f.st;
-    const std::uint64_t k = f.k;
+TEST_CASE_FIXTURE(clock_at_k, "a transaction reads its thread's last commit without raising the "
+                              "clock; another slot's commit at the same ts is not its own") {
     const std::uint64_t mine = k + 1; // the slot's last commit
 
     // The next transactions read x, which the last commit released: no extension (which would
@@ -98,13 +93,8 @@ TEST_CASE("a transaction reads its thread's last commit without raising the cloc
     CHECK(r->y.v.get() == 9);
 }
 
-TEST_CASE("an extension raises the clock to the slot's last commit, not only to the version "
-          "it found") {
-    clock_at_k f("extend-to-last");
-    tlptm::pool& pool = f.pool;
-    own_root* r = f.r;
-    d::pool_state& st = f.st;
-    const std::uint64_t k = f.k;
+TEST_CASE_FIXTURE(clock_at_k, "an extension raises the clock to the slot's last commit, not only "
+                              "to the version it found") {
     tlptm::atomic(pool, [&] { r->y.v = 2; }); // ts k + 2: the slot's last commit
     REQUIRE(version_of(pool, &r->y.v) == k + 2);
     REQUIRE(st.clock.load() == k);
