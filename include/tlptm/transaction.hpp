@@ -386,6 +386,8 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
     // reclaim raises the clock past the frees it waits for (checkpoint), so new attempts start
     // above them.
     s.snapshot = s.active_since.load(std::memory_order_relaxed) - 1;
+    if (s.attached) // the entry's lines, if it writes one (persistence::prefetch_log)
+        s.pool->persist.prefetch_log(s.ring.data(), s.head, s.ring.capacity());
 }
 
 /// finish_attempt's part for an attempt that allocated.
