@@ -498,8 +498,9 @@ inline void store_run_words(std::uint64_t* w, const std::uint64_t* v, std::uint3
         __atomic_store_n(w + k, v[k], __ATOMIC_RELEASE);
 }
 
-/// Step 5's stores: writes the write-set's words back in place, run by run (store_run_words),
-/// each word announced to a tracing policy (a crash image may hold any subset of them).
+/// Step 5's stores: writes the write-set's words back in place, run by run (store_run_words;
+/// word by word, each word announced, for a tracing policy: a crash image may hold any subset
+/// of them).
 /// Appends the lines written to `lines` (if given; the runs are sorted, so equal lines are
 /// adjacent). Returns the bytes.
 [[gnu::always_inline]] inline std::uint64_t write_back_words(thread_slot& s,
@@ -512,10 +513,17 @@ inline void store_run_words(std::uint64_t* w, const std::uint64_t* v, std::uint3
         std::uint64_t* w = st.word_at(r.offset);
         const std::uint64_t* v = values + r.first;
         if (r.mask == write_set::full) {
-            store_run_words(w, v, r.words);
-            if (traced)
-                for (std::uint32_t k = 0; k < r.words; ++k)
+            if (traced) {
+                // Word by word, each announced once stored: the crash images of a tracing
+                // policy then include every prefix of words of a line, a superset of what
+                // 32-byte stores can leave.
+                for (std::uint32_t k = 0; k < r.words; ++k) {
+                    __atomic_store_n(w + k, v[k], __ATOMIC_RELEASE);
                     st.persist.stored(w + k, 8);
+                }
+            } else {
+                store_run_words(w, v, r.words);
+            }
             bytes += 8 * std::uint64_t{r.words};
         } else { // one partial word: its other bytes keep their values
             __atomic_store_n(w, (__atomic_load_n(w, __ATOMIC_RELAXED) & ~r.mask) | v[0],
