@@ -5,13 +5,20 @@
 // second, the counter ns_per_value is its inverse, and bytes_per_value is the mean encoded
 // size. Decoding is a dependent chain (the next value starts where the previous one ended),
 // as when recovery walks a log entry.
+//
+// entry/encode_run/N encodes a commit's payload the way commit does (entry_builder from the
+// write-set's runs): one value of N words stored whole, small counters (the workloads' values),
+// and entry/encode_scattered/N the same number of single words with gaps between them.
 
 #include <tlptm/codec.hpp>
+#include <tlptm/detail/write_set.hpp>
+#include <tlptm/log.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -143,6 +150,51 @@ template <class Codec, distribution D> void bm_decode(benchmark::State& state) {
     BENCHMARK(bm_encode<leb128_codec, distribution::dist>)->Name("encode/leb128/" #dist);          \
     BENCHMARK(bm_decode<fast_codec, distribution::dist>)->Name("decode/prefix_varint/" #dist);     \
     BENCHMARK(bm_decode<leb128_codec, distribution::dist>)->Name("decode/leb128/" #dist)
+
+// Encodes one commit's payload from a write-set (its runs, as commit hands them over).
+void bm_encode_entry(benchmark::State& state, bool scattered) {
+    const auto words = static_cast<std::size_t>(state.range(0));
+    tlptm::detail::write_set ws;
+    std::vector<std::uint64_t> vals(words);
+    for (std::size_t k = 0; k < words; ++k)
+        vals[k] = 1000 + k; // counters: two-byte zigzag codes
+    const std::uint64_t at = 4096;
+    if (scattered) {
+        for (std::size_t k = 0; k < words; ++k)
+            ws.put(at + 16 * k, vals[k], ~std::uint64_t{0});
+    } else {
+        std::vector<std::uint8_t> bytes(8 * words);
+        std::memcpy(bytes.data(), vals.data(), bytes.size());
+        ws.put_words(at, bytes.data(), words);
+    }
+    ws.sort_for_commit();
+    const tlptm::detail::pointer_range ptrs{std::uint64_t{1} << 44, std::uint64_t{1} << 30};
+    tlptm::detail::entry_builder b;
+    std::size_t bound = 0;
+    for (auto _ : state) {
+        bound =
+            b.encode_words(tlptm::detail::entry_format::compressed, ws.words(), ws.size(), ptrs);
+        benchmark::DoNotOptimize(bound);
+        benchmark::ClobberMemory();
+    }
+    state.counters["words"] = static_cast<double>(words);
+    state.counters["ns_per_word"] = benchmark::Counter(
+        static_cast<double>(words),
+        benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    state.counters["entry_bound_B"] = static_cast<double>(bound);
+}
+BENCHMARK_CAPTURE(bm_encode_entry, run, false)
+    ->Name("entry/encode_run")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(32)
+    ->Arg(128);
+BENCHMARK_CAPTURE(bm_encode_entry, scattered, true)
+    ->Name("entry/encode_scattered")
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(32)
+    ->Arg(128);
 
 TLPTM_CODEC_BENCH(small);
 TLPTM_CODEC_BENCH(mixed_width);

@@ -336,9 +336,19 @@ TEST_CASE("write_set agrees with a plain map over mixed ascending, bulk and rand
                 std::uint64_t n = 1 + rng() % 40;
                 std::uint64_t at =
                     rng() % 4 == 0 && top >= 64 ? top - 8 * (rng() % 8) : top + 8 * (1 + rng() % 2);
+                // Words of every kind the encoder tells apart inside a run: random, small
+                // (short zigzag codes) and pool pointers (offset codes), mixed or in stretches.
                 std::vector<std::uint8_t> bytes(8 * n);
-                for (auto& b : bytes)
-                    b = static_cast<std::uint8_t>(rng());
+                const unsigned mix = static_cast<unsigned>(rng() % 4);
+                for (std::uint64_t i = 0; i < n; ++i) {
+                    const unsigned kind_of_word = mix == 3 ? static_cast<unsigned>(rng() % 3) : mix;
+                    std::uint64_t v = rng();
+                    if (kind_of_word == 1)
+                        v = v % 256 - 128;
+                    else if (kind_of_word == 2)
+                        v = 0x10000 + v % 0x100000;
+                    std::memcpy(bytes.data() + 8 * i, &v, 8);
+                }
                 ws.put_words(at, bytes.data(), n);
                 for (std::uint64_t i = 0; i < n; ++i) {
                     std::uint64_t v;

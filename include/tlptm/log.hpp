@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -187,6 +188,17 @@ struct record_cursor {
     void next() noexcept { ++p; }
 };
 
+/// A cursor that can hand out the rest of its current run as an array: run_values() is the
+/// values of the words from the current one to the end of its run, at consecutive offsets with
+/// full masks (valid when the current word's mask is full), and skip(n) moves past n of them
+/// (n at most run_values().size()). The write-set's cursor is one; the encoder then scans and
+/// encodes a multi-word value as an array instead of stepping the cursor word by word.
+template <class Cursor>
+concept run_cursor = requires(Cursor c, std::size_t n) {
+    { c.run_values() } -> std::same_as<std::span<const std::uint64_t>>;
+    c.skip(n);
+};
+
 /// Encodes the words of cursor `c` (ascending offsets) as compressed records at `out`, which
 /// must have room for compressed_bound(words) bytes. Returns the bytes written.
 template <class Cursor>
@@ -212,9 +224,21 @@ template <class Cursor>
         // Extend the record over adjacent full words of the same kind.
         const bool ptr = v - base < span;
         Cursor e = c;
-        e.next();
         std::size_t count = 1;
-        std::uint64_t next = off + 8;
+        if constexpr (run_cursor<Cursor>) {
+            // The rest of the current run first, as an array (a 256-byte value is 32 words).
+            if (const std::span<const std::uint64_t> rest = c.run_values(); rest.size() > 1) {
+                while (count < rest.size() && (rest[count] - base < span) == ptr)
+                    ++count;
+                e.skip(count);
+            } else {
+                e.next();
+            }
+        } else {
+            e.next();
+        }
+        std::uint64_t next = off + 8 * count;
+        // Then word by word across run boundaries (adjacent runs, single-word stores).
         for (; !e.done() && e.offset() == next && e.mask() == full &&
                (e.value() - base < span) == ptr;
              e.next(), next += 8)
@@ -223,7 +247,28 @@ template <class Cursor>
         p += codec::put_varint(p, gap << 3 | flags);
         if (count > 1)
             p += codec::put_varint(p, count - 2);
-        if (ptr) {
+        if (count == 1) { // a single word (the common record of small transactions)
+            p += codec::put_varint(
+                p, ptr ? v - base : codec::zigzag_encode(static_cast<std::int64_t>(v)));
+            c.next();
+        } else if constexpr (run_cursor<Cursor>) {
+            // Every word counted has a full mask, so each run met is handed out as an array.
+            for (std::size_t left = count; left != 0;) {
+                const std::span<const std::uint64_t> vals = c.run_values();
+                const std::uint64_t* x = vals.data();
+                const std::size_t n = std::min(left, vals.size());
+                if (ptr) {
+                    for (std::size_t k = 0; k < n; ++k)
+                        p += codec::put_varint(p, x[k] - base);
+                } else {
+                    for (std::size_t k = 0; k < n; ++k)
+                        p += codec::put_varint(
+                            p, codec::zigzag_encode(static_cast<std::int64_t>(x[k])));
+                }
+                c.skip(n);
+                left -= n;
+            }
+        } else if (ptr) {
             for (std::size_t k = 0; k < count; ++k, c.next())
                 p += codec::put_varint(p, c.value() - base);
         } else {

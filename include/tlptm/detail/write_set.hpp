@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include <tlptm/detail/append_vector.hpp>
@@ -63,6 +64,19 @@ public:
         std::uint64_t mask() const noexcept { return r->mask; }
         void next() noexcept {
             if (++k == r->words) {
+                ++r;
+                k = 0;
+            }
+        }
+        /// The values of the current run from the current word on (log.hpp's run_cursor:
+        /// consecutive offsets; full masks when the current word's mask is full).
+        std::span<const std::uint64_t> run_values() const noexcept {
+            return {values + r->first + k, r->words - k};
+        }
+        /// Moves past n words of the current run (n <= run_values().size()).
+        void skip(std::size_t n) noexcept {
+            k += static_cast<std::uint32_t>(n);
+            if (k == r->words) {
                 ++r;
                 k = 0;
             }
