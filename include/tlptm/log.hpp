@@ -248,8 +248,8 @@ template <class Cursor>
         if (count > 1)
             p += codec::put_varint(p, count - 2);
         if (count == 1) { // a single word (the common record of small transactions)
-            p += codec::put_varint(
-                p, ptr ? v - base : codec::zigzag_encode(static_cast<std::int64_t>(v)));
+            p += codec::put_varint(p, ptr ? v - base
+                                          : codec::zigzag_encode(static_cast<std::int64_t>(v)));
             c.next();
         } else if constexpr (run_cursor<Cursor>) {
             // Every word counted has a full mask, so each run met is handed out as an array.
