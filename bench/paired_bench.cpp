@@ -10,7 +10,6 @@
 // live in one process, each with its own pool and table, and run slices of a few milliseconds
 // in turn (A B, B A, A B, ...): the machine's drift (a neighbour's load, the host's clock) falls
 // on both halves of a pair alike and cancels in their difference.
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +34,10 @@
 
 #include <tlptm/tlptm.hpp>
 
+#include "backends.hpp"
+#include "cli.hpp"
 #include "hashtable.hpp"
+#include "pool_cleanup.hpp"
 #include "value.hpp"
 
 namespace {
@@ -43,14 +45,13 @@ namespace {
 using workloads::mix64;
 using workloads::value_kind;
 using workloads::value_t;
+using workloads::cli::parse_u64;
+using workloads::cli::split;
+using workloads::cli::usage_error;
 
 enum class workload { a, b, c };
 
 /// A bad command line (exit status 2).
-class usage_error : public std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 /// The pools could not be made (exit status 2, like a usage error: nothing was measured).
 class setup_error : public std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -104,24 +105,6 @@ void print_usage(std::FILE* out) {
         "  --help                this text\n"
         "Exit status: 0 done, 1 a run failed or the tables do not hold what the run put in,\n"
         "2 a usage error or the pools could not be made.\n");
-}
-
-std::vector<std::string> split(std::string_view s) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    for (;;) {
-        const std::size_t comma = s.find(',', start);
-        parts.emplace_back(s.substr(start, comma - start));
-        if (comma == std::string_view::npos)
-            return parts;
-        start = comma + 1;
-    }
-}
-
-std::uint64_t parse_u64(const std::string& opt, const std::string& v) {
-    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18)
-        throw usage_error(opt + " needs a non-negative integer, got '" + v + "'");
-    return std::stoull(v);
 }
 
 const char* log_write_name(tlptm::log_write w) noexcept {
@@ -300,50 +283,15 @@ std::string default_pool_dir() {
     return ec ? std::string("/tmp") : tmp.string();
 }
 
-// The two pool files, removed if the program is interrupted (a pool in /dev/shm holds RAM until
-// it is removed); the RAII pool_file removes them on every other way out.
-char interrupted_paths[2][4096];
-
-void remove_pools_and_exit(int sig) {
-    for (const char* p : interrupted_paths)
-        if (p[0] != '\0')
-            ::unlink(p); // async-signal-safe, as is _exit
-    ::_exit(128 + sig);
+/// `path` if no file is there: a file this program did not make is never removed.
+/// @throw setup_error the file exists
+std::string new_pool_path(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec))
+        throw setup_error("the pool file " + path + " exists; remove it or give another " +
+                          "--pool-dir");
+    return path;
 }
-
-void remove_pools_on_interrupt(const std::string& a, const std::string& b) {
-    if (a.size() >= sizeof interrupted_paths[0] || b.size() >= sizeof interrupted_paths[1])
-        return;
-    std::memcpy(interrupted_paths[0], a.c_str(), a.size() + 1);
-    std::memcpy(interrupted_paths[1], b.c_str(), b.size() + 1);
-    struct sigaction sa {};
-    sa.sa_handler = remove_pools_and_exit;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        ::sigaction(sig, &sa, nullptr);
-}
-
-/// Owns a pool file that does not exist yet: refuses an existing path (so that a file this
-/// program did not make is never removed) and removes the file when destroyed.
-class pool_file {
-public:
-    explicit pool_file(std::string path) : path_(std::move(path)) {
-        std::error_code ec;
-        if (std::filesystem::exists(path_, ec))
-            throw setup_error("the pool file " + path_ + " exists; remove it or give another " +
-                              "--pool-dir");
-    }
-    pool_file(const pool_file&) = delete;
-    pool_file& operator=(const pool_file&) = delete;
-    ~pool_file() {
-        std::error_code ec;
-        std::filesystem::remove(path_, ec);
-    }
-    const std::string& path() const noexcept { return path_; }
-
-private:
-    std::string path_;
-};
 
 /// Key number `id` (ids 0, 1, 2, ...): a bijective mix, so the keys are spread as random keys
 /// are and their chains have the lengths of random keys; never 0 (mix64(x) is 0 only for 0).
@@ -358,7 +306,8 @@ template <std::size_t N> struct side {
     using table_type = tlptm_ht::hashtable<value_type>;
 
     side(const std::string& path, const tlptm::pool_options& o, std::uint64_t buckets)
-        : file(path), pool(create_pool(path, o)), table(create_table(pool, buckets)) {}
+        : file(new_pool_path(path)), pool(create_pool(path, o)),
+          table(create_table(pool, buckets)) {}
     side(const side&) = delete;
     side& operator=(const side&) = delete;
     ~side() {
@@ -384,7 +333,7 @@ template <std::size_t N> struct side {
         }
     }
 
-    pool_file file; // first: destroyed last, after the pool is closed
+    workloads::file_remover file; // first: destroyed last, after the pool is closed
     tlptm::pool pool;
     table_type table;
     std::uint64_t next_id = 0; ///< ids [0, next_id) were inserted (preloaded or in a slice)
@@ -560,7 +509,7 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
 
     const std::string stem = dir + "/paired_bench-" + std::to_string(::getpid());
     const std::string paths[2] = {stem + "-A.pool", stem + "-B.pool"};
-    remove_pools_on_interrupt(paths[0], paths[1]);
+    workloads::remove_pool_on_interrupt(paths[0], paths[1]);
     side<N> a(paths[0], opt[0], buckets);
     side<N> b(paths[1], opt[1], buckets);
     side<N>* sides[2] = {&a, &b};

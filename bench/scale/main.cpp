@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../examples/hashtable/cli.hpp"
 #include "../../examples/hashtable/pool_cleanup.hpp"
 #include "report.hpp"
 #include "workloads.hpp"
@@ -31,10 +32,9 @@
 namespace {
 
 using namespace tlptm_scale;
-
-class usage_error : public std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using workloads::cli::parse_u64;
+using workloads::cli::split;
+using workloads::cli::usage_error;
 
 struct options {
     std::vector<workload_kind> kinds{workload_kind::spin,     workload_kind::lookup,
@@ -78,24 +78,6 @@ void print_usage(std::FILE* out) {
              "  --seed N             random seed (default 1)\n"
              "  --verbose            one line per run on stderr\n"
              "  --quiet              print only the fit summary and errors\n");
-}
-
-std::vector<std::string> split(std::string_view s) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    for (;;) {
-        const std::size_t comma = s.find(',', start);
-        parts.emplace_back(s.substr(start, comma - start));
-        if (comma == std::string_view::npos)
-            return parts;
-        start = comma + 1;
-    }
-}
-
-std::uint64_t parse_u64(const std::string& opt, const std::string& v) {
-    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18)
-        throw usage_error(opt + " needs a non-negative integer, got '" + v + "'");
-    return std::stoull(v);
 }
 
 double parse_double(const std::string& opt, const std::string& v) {

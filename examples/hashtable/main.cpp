@@ -29,6 +29,7 @@
 #include <tlptm/tlptm.hpp>
 
 #include "backends.hpp"
+#include "cli.hpp"
 #include "driver.hpp"
 #include "floor.hpp"
 #include "pool_cleanup.hpp"
@@ -38,6 +39,9 @@
 namespace {
 
 using namespace workloads;
+using workloads::cli::parse_u64;
+using workloads::cli::split;
+using workloads::cli::usage_error;
 
 constexpr std::uint64_t default_ops_0ns = 100000;
 constexpr std::uint64_t default_ops_slow = 50000;
@@ -84,10 +88,6 @@ struct options {
     }
 };
 
-class usage_error : public std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 void print_usage(std::FILE* out) {
     std::fprintf(
         out,
@@ -115,24 +115,6 @@ void print_usage(std::FILE* out) {
         static_cast<unsigned long long>(default_ops_0ns),
         static_cast<unsigned long long>(default_ops_slow),
         static_cast<unsigned long long>(default_preload), max_reps);
-}
-
-std::vector<std::string> split(std::string_view s) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    for (;;) {
-        std::size_t comma = s.find(',', start);
-        parts.emplace_back(s.substr(start, comma - start));
-        if (comma == std::string_view::npos)
-            return parts;
-        start = comma + 1;
-    }
-}
-
-std::uint64_t parse_u64(const std::string& opt, const std::string& v) {
-    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 19)
-        throw usage_error(opt + " needs a non-negative integer, got '" + v + "'");
-    return std::stoull(v);
 }
 
 options parse(int argc, char** argv) {
