@@ -58,8 +58,45 @@ class setup_error : public std::runtime_error {
 };
 
 /// The pool options that can be compared: all of them apply to one opening, so the two pools
-/// differ in nothing else.
-enum class knob { log_write, write_back, mode, write_back_lines, emulate_write_ns };
+/// differ in nothing else. `mutation` is not an option but one of the library's attribution
+/// switches (tlptm::detail::mutation), set around each slice of its side; only in
+/// paired_bench_hooks, which is built with the library's test hooks (TLPTM_SCHED_HOOKS).
+enum class knob { log_write, write_back, mode, write_back_lines, emulate_write_ns, mutation };
+
+#if defined(TLPTM_SCHED_HOOKS)
+constexpr bool have_hooks = true;
+#else
+constexpr bool have_hooks = false;
+#endif
+
+/// The switches --compare mutation accepts; each removes one persistence step (not durable).
+struct switch_name {
+    const char* name;
+    tlptm::detail::mutation m;
+};
+constexpr switch_name attribution_switches[] = {
+    {"none", tlptm::detail::mutation::none},
+    {"no_commit_fence", tlptm::detail::mutation::no_commit_fence},
+    {"no_write_back_flush", tlptm::detail::mutation::no_write_back_flush},
+};
+
+tlptm::detail::mutation switch_of(const std::string& v) {
+    for (const switch_name& w : attribution_switches)
+        if (v == w.name)
+            return w.m;
+    throw usage_error("--compare mutation: the values are none, no_commit_fence (commits skip "
+                      "F1) and no_write_back_flush (eager commits skip the previous write-back's "
+                      "flushes), got '" +
+                      v + "'");
+}
+
+/// Switches the library's attribution switch (a no-op without the hooks, where knob::mutation
+/// is refused anyway).
+void set_switch([[maybe_unused]] tlptm::detail::mutation m) noexcept {
+#if defined(TLPTM_SCHED_HOOKS)
+    tlptm::detail::active_mutation.store(m, std::memory_order_relaxed);
+#endif
+}
 
 struct comparison {
     knob what = knob::log_write;
@@ -91,6 +128,9 @@ void print_usage(std::FILE* out) {
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
+        "                        mutation=none|no_commit_fence|no_write_back_flush\n"
+        "                          (paired_bench_hooks only: B drops one persistence step and\n"
+        "                          is not durable; both sides pay the test hooks' checks)\n"
         "                        (the same value twice is an A/A run: it should show nothing)\n"
         "  --workload a|b|c      a: 100%% inserts of new keys, b: 50%% inserts / 50%% updates,\n"
         "                        c: 100%% updates of existing keys (default c)\n"
@@ -166,6 +206,9 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
         o.emulate_write_ns = static_cast<std::uint32_t>(n);
         return;
     }
+    case knob::mutation:
+        (void)switch_of(v); // validates; not a pool option
+        return;
     }
 }
 
@@ -186,6 +229,11 @@ comparison parse_compare(const std::string& spec) {
         c.what = knob::write_back_lines;
     else if (c.name == "emulate_write_ns")
         c.what = knob::emulate_write_ns;
+    else if (c.name == "mutation" && have_hooks)
+        c.what = knob::mutation;
+    else if (c.name == "mutation")
+        throw usage_error("--compare mutation needs paired_bench_hooks (built with the library's "
+                          "test hooks); this program is paired_bench");
     else
         throw usage_error("--compare: unknown option '" + c.name +
                           "' (log_write, write_back, mode, write_back_lines or "
@@ -338,10 +386,11 @@ template <std::size_t N> struct side {
     table_type table;
     std::uint64_t next_id = 0; ///< ids [0, next_id) were inserted (preloaded or in a slice)
     std::uint64_t updated = 0;
-    std::uint64_t missing = 0;     ///< updates that did not find their key (a failure)
-    std::uint64_t duplicate = 0;   ///< inserts that found their new key present (a failure)
-    tlptm::stats measured{};       ///< summed over the measured slices
-    std::vector<double> ns_per_op; ///< one per measured pair
+    std::uint64_t missing = 0;   ///< updates that did not find their key (a failure)
+    std::uint64_t duplicate = 0; ///< inserts that found their new key present (a failure)
+    tlptm::stats measured{};     ///< summed over the measured slices
+    tlptm::detail::mutation mut = tlptm::detail::mutation::none; ///< set during its slices
+    std::vector<double> ns_per_op;                               ///< one per measured pair
 };
 
 template <std::size_t N> value_t<N> incremented(const value_t<N>& old) noexcept {
@@ -513,6 +562,9 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
     side<N> a(paths[0], opt[0], buckets);
     side<N> b(paths[1], opt[1], buckets);
     side<N>* sides[2] = {&a, &b};
+    if (cmp.what == knob::mutation)
+        for (int i = 0; i < 2; ++i)
+            sides[i]->mut = switch_of(cmp.value[i]);
 
     std::printf("paired_bench: workload %s, values %zu B, %llu keys preloaded, %llu pairs x %llu "
                 "ops (+1 warm-up pair), seed %llu\n",
@@ -525,6 +577,10 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
     if (cmp.what == knob::write_back_lines)
         std::printf("  both pools use write_back=lazy: the watermark applies to lazy write-back "
                     "only\n");
+    if (cmp.what == knob::mutation)
+        std::printf("  attribution: a side with a switch other than none is not durable (it "
+                    "drops a persistence step); the library's test hooks are compiled in, both "
+                    "sides pay their checks\n");
     // Unless compared, the emulated latency is the library's default: the environment's.
     std::string write_ns = "0 ns";
     if (cmp.what == knob::emulate_write_ns)
@@ -559,7 +615,9 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
         const int first = !warm_up && pair % 2 == 1 ? 1 : 0;
         for (int k = 0; k < 2; ++k) {
             side<N>& s = *sides[first ^ k];
+            set_switch(s.mut);
             const double ns = run_slice(s, o.wl, o.slice, stream, !warm_up);
+            set_switch(tlptm::detail::mutation::none);
             if (!warm_up)
                 s.ns_per_op.push_back(ns);
         }

@@ -408,6 +408,38 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("attribution switches: a commit without F1, and one that leaves the previous "
+          "write-back unflushed, are caught") {
+    // paired_bench_hooks switches these on to measure what a step costs; each gives up
+    // durability, so the sweep must notice either.
+    namespace d = tlptm::detail;
+    struct candidate {
+        d::mutation mut;
+        std::string name;
+        scenario s;
+    };
+    const candidate cases[] = {
+        {d::mutation::no_commit_fence, "no_commit_fence",
+         sc::multi_word(tlptm::log_mode::tlptm, 3)},
+        {d::mutation::no_write_back_flush, "no_write_back_flush",
+         sc::single_word(tlptm::log_mode::tlptm, 3)},
+    };
+    for (const candidate& c : cases) {
+        CAPTURE(c.name);
+        sweep_config cfg = mutation_config();
+        sweep_result base = run_sweep(c.s, cfg);
+        d::active_mutation.store(c.mut);
+        sweep_result r = run_sweep(c.s, cfg);
+        d::active_mutation.store(d::mutation::none);
+        MESSAGE(c.name << ": " << r.summary());
+        std::size_t fresh = 0;
+        for (const auto& [where, msg] : r.failing_points)
+            if (!base.failing_points.count(where) && fresh++ < 1)
+                MESSAGE("  caught: " << msg);
+        CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice it");
+    }
+}
+
 TEST_CASE("crash during pool creation: every image is refused as not a pool or opens empty") {
     tlptm_test::temp_path path("create");
     tlptm::pool_options opt = tlptm_test::small_options();

@@ -840,7 +840,7 @@ inline void commit(thread_slot& s) {
         // an insert). The earlier commits that wrote it stay pending with it: in_flight keeps
         // their bound below.
         bool carried = false;
-        if (!lazy && previous_unfenced)
+        if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush))
             carried = flush_previous_lines(s);
         if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
             flush_allocated(s);
@@ -865,7 +865,8 @@ inline void commit(thread_slot& s) {
         }
         // Step 4, F1: the entry is durable; the transaction is committed. In eager mode the
         // fence also completes the previous commit's write-back flushes (its deferred F2).
-        st.persist.fence(s.pctx);
+        if (!mutated(mutation::no_commit_fence))
+            st.persist.fence(s.pctx);
         committed = true;
         s.committed_ts.store(ts, std::memory_order_relaxed);
         if (late && !previous_unfenced) {
