@@ -539,6 +539,44 @@ TEST_CASE("open_or_create creates once and then opens; recover() on an open pool
     CHECK(pool.root<api_root>()->u64.get() == 77);
 }
 
+TEST_CASE("stats: prompt write-back flushes a commit's lines at once, unless it rewrites the "
+          "previous commit's lines") {
+    tlptm_test::temp_path path("stats-prompt");
+    auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
+    opt.write_back = tlptm::write_back::prompt;
+    {
+        auto pool = tlptm::pool::create(path, opt);
+        auto* r = pool.root<api_root>();
+        tlptm::atomic(pool, [&] { r->words[0] = 1; }); // the first also starts the ring
+        // Distinct lines: each commit flushes its own line right after its write-back, and
+        // the next commit's first locked instruction finds that flush pending.
+        auto s0 = pool.stats();
+        for (int i = 1; i <= 4; ++i)
+            tlptm::atomic(pool, [&] { r->words[8 * i] = static_cast<std::uint64_t>(i); });
+        auto early = pool.stats() - s0;
+        CHECK(early.fences == 4);
+        CHECK(early.flushed_lines == 4);
+        CHECK(early.round_trips == 8);
+        // The same line again and again: hot, left to the next commit as in eager mode (which
+        // flushes nothing then: each commit writes the line again).
+        tlptm::atomic(pool, [&] { r->u64 = 5; });
+        tlptm::atomic(pool, [&] { r->u64 = 6; });
+        auto s1 = pool.stats();
+        for (int i = 0; i < 4; ++i)
+            tlptm::atomic(pool, [&] { r->u64 = static_cast<std::uint64_t>(10 + i); });
+        auto hot = pool.stats() - s1;
+        CHECK(hot.fences == 4);
+        CHECK(hot.flushed_lines == 0);
+        CHECK(hot.round_trips == 4);
+        pool.close();
+    }
+    auto pool = tlptm::pool::open(path, opt);
+    auto* r = pool.root<api_root>();
+    CHECK(r->u64.get() == 13);
+    for (int i = 1; i <= 4; ++i)
+        CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
+}
+
 TEST_CASE("stats: lazy write-back has one round trip per update and flushes in batches") {
     tlptm_test::temp_path path("stats-lazy");
     auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);

@@ -696,11 +696,12 @@ TEST_CASE("a crash at any fence of the commit path recovers a prefix with every 
           "transaction") {
     for (auto [mode, wb] : {std::pair{tlptm::log_mode::baseline, tlptm::write_back::eager},
                             std::pair{tlptm::log_mode::tlptm, tlptm::write_back::eager},
-                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::lazy}}) {
+                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::lazy},
+                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::prompt}}) {
         const std::string mode_name = tlptm::to_string(mode);
-        const bool lazy = wb == tlptm::write_back::lazy;
+        const int write_back = static_cast<int>(wb); // 0 eager, 1 lazy, 2 prompt
         CAPTURE(mode_name);
-        CAPTURE(lazy);
+        CAPTURE(write_back);
         temp_path path("fences");
         const std::uint64_t first = 2; // committed before the children run
         const std::uint64_t count = 3; // transactions each child runs

@@ -265,6 +265,25 @@ TEST_CASE("crash sweep: log entries written with stores and flushes (log_write)"
     report_total("log-write-store-and-flush", total);
 }
 
+TEST_CASE("crash sweep: prompt write-back (lines flushed right after their write-back)") {
+    // single-word alternates between two lines, so every commit flushes early; multi-word and
+    // ring-wrap rewrite lines of the commit before, so they take the eager path as well.
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+        for (scenario s :
+             {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale),
+              sc::list(mode, 6 * size.scale), sc::ring_wrap(mode, 7 * size.scale)}) {
+            s.options.write_back = tlptm::write_back::prompt;
+            sweep_result r = sweep(s, size.cfg);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            CHECK(r.crash_points > 0);
+            total += r;
+        }
+    }
+    report_total("prompt-write-back", total);
+}
+
 TEST_CASE("crash sweep: two threads, interleaved commits") {
     sweep_size size = sweep_settings();
     sweep_result total;
@@ -320,6 +339,16 @@ sweep_config mutation_config() {
 
 } // namespace
 
+namespace {
+/// single-word with prompt write-back: its commits alternate between two lines, so each one
+/// flushes its line right after its write-back.
+scenario prompt_single_word() {
+    scenario s = sc::single_word(tlptm::log_mode::tlptm, 3);
+    s.options.write_back = tlptm::write_back::prompt;
+    return s;
+}
+} // namespace
+
 TEST_CASE("mutations of the persistence path are caught by the sweep") {
     using tlptm::log_mode;
     SUBCASE("drop F1: a torn write-back without a durable entry (I1)") {
@@ -351,6 +380,7 @@ TEST_CASE("mutations of the persistence path are caught by the sweep") {
         cfg.mut = mutation::drop_flush(role::write_back_flush, 0);
         cfg.mut.every = true;
         expect_caught(sc::single_word(log_mode::tlptm, 3), cfg, "drop every write-back flush");
+        expect_caught(prompt_single_word(), cfg, "drop every write-back flush (prompt)");
     }
     SUBCASE("drop a log entry's flush (log_write = store_and_flush): a returned transaction "
             "is lost (I1)") {
@@ -409,7 +439,7 @@ TEST_CASE(
 }
 
 TEST_CASE("attribution switches: a commit without F1, and one that leaves the previous "
-          "write-back unflushed, are caught") {
+          "write-back unflushed, are caught; so is a prompt write-back that does not flush") {
     // paired_bench_hooks switches these on to measure what a step costs; each gives up
     // durability, so the sweep must notice either.
     namespace d = tlptm::detail;
@@ -423,6 +453,7 @@ TEST_CASE("attribution switches: a commit without F1, and one that leaves the pr
          sc::multi_word(tlptm::log_mode::tlptm, 3)},
         {d::mutation::no_write_back_flush, "no_write_back_flush",
          sc::single_word(tlptm::log_mode::tlptm, 3)},
+        {d::mutation::prompt_lines_unflushed, "prompt_lines_unflushed", prompt_single_word()},
     };
     for (const candidate& c : cases) {
         CAPTURE(c.name);

@@ -59,6 +59,16 @@ enum class write_back {
     /// advance (a log ring wraps, freed memory is wanted, the pool closes). One persistence
     /// round trip per update transaction; the log holds the rest until then.
     lazy,
+    /// As eager, but a commit flushes its lines right after writing them back, so that the
+    /// write-back is under way while the thread runs its next transaction, instead of being
+    /// issued just before the next commit's fence (which then waits for it). Lines that the
+    /// thread's commits keep writing again are left to the next commit, as in eager mode: when
+    /// a commit writes a line of the one before it, it does not flush its own lines early.
+    /// Durable at the same point as eager (the thread's next fence, or a helper's). The next
+    /// commit's first locked instruction then counts as a round trip (stats::round_trips):
+    /// the flushes may still be pending, although after a transaction's work they rarely are.
+    /// Measured on one machine only (docs/design.md, "Writing back"), hence not the default.
+    prompt,
 };
 
 /// How a commit's log entry reaches persistent memory (CPU flushes only: msync writes pages).

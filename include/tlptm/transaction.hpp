@@ -621,6 +621,22 @@ inline bool flush_allocated(thread_slot& s) {
     return true;
 }
 
+/// write_back::prompt: whether this commit writes a line of the slot's previous commit
+/// (dirty_lines, already flushed): such lines are hot, and this commit's own lines are then left
+/// to the next commit instead of being flushed early.
+inline bool rewrites_previous_lines(const thread_slot& s) noexcept {
+    const auto& lines = s.dirty_lines;
+    const auto& runs = s.writes.runs();
+    std::size_t i = 0;
+    for (const std::uint64_t l : lines) {
+        while (i < runs.size() && (runs[i].end() - 1) / cache_line < l)
+            ++i;
+        if (i < runs.size() && runs[i].offset / cache_line <= l)
+            return true;
+    }
+    return false;
+}
+
 /// Eager write-back: flushes the lines the slot's earlier commits wrote back (s.dirty_lines,
 /// ascending), but for those that this commit's write-set (sorted) writes again. Returns true
 /// if it left such a line unflushed.
@@ -785,6 +801,7 @@ inline void commit(thread_slot& s) {
     if (!previous_unfenced && !late)
         s.in_flight.store(ts, std::memory_order_release);
     const bool lazy = st.write_back_mode == write_back::lazy;
+    const bool prompt = st.write_back_mode == write_back::prompt;
     bool touched = false, committed = false;
     try {
         if (ts > max_commit_ts) {
@@ -839,9 +856,18 @@ inline void commit(thread_slot& s) {
         // for the write-back to finish: ~160 ns on the reference machine, for the hot lines of
         // an insert). The earlier commits that wrote it stay pending with it: in_flight keeps
         // their bound below.
-        bool carried = false;
-        if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush))
-            carried = flush_previous_lines(s);
+        //
+        // Prompt: if the previous commit flushed its lines already, they are only looked at;
+        // this commit flushes its own right after writing them back, unless it writes one of
+        // the previous commit's lines (hot lines: then as eager).
+        bool carried = false, rewritten = false;
+        if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush)) {
+            if (prompt && s.lines_flushed)
+                rewritten = rewrites_previous_lines(s);
+            else
+                rewritten = carried = flush_previous_lines(s);
+        }
+        const bool flush_after_write_back = prompt && !rewritten;
         if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
             flush_allocated(s);
 
@@ -886,9 +912,13 @@ inline void commit(thread_slot& s) {
         // Step 5: write back in place, each word announced to the persistence policy (a crash
         // image may hold any subset of them), then unlock.
         write_back_words(s);
-        // Step 6: no flush yet. Eager: the slot's next commit flushes the lines before its F1
-        // (above); a thread that needs CT to pass this commit sooner settles the slot. Lazy:
-        // the batch below flushes them.
+        // Prompt: the lines just written go out now; the next fence completes them.
+        if (flush_after_write_back && !mutated(mutation::prompt_lines_unflushed))
+            st.persist.flush_lines(s.pctx, st.base, s.dirty_lines.data(), s.dirty_lines.size());
+        s.lines_flushed = flush_after_write_back;
+        // Step 6: no fence yet. Eager: the slot's next commit flushes the lines before its F1
+        // (above); prompt: they were flushed just above; a thread that needs CT to pass this
+        // commit sooner settles the slot. Lazy: the batch below flushes them.
         sched(sched_point::orec_unlock, &s);
         // The next attempt reads these orecs as its own (released_by_last_commit; recorded
         // before F1), if they fit.

@@ -188,6 +188,11 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// Guarded by the commit section: written by the owner while `committing`, by a helper
     /// while `settle_wanted` and the owner is not committing (pool_state::settle).
     append_vector<std::uint64_t> dirty_lines;
+    /// write_back::prompt: the commit that recorded dirty_lines also flushed them right after
+    /// its write-back, so the slot's next commit only looks at them (a helper that settles the
+    /// slot flushes them again: its own fence does not complete this thread's flushes). Read
+    /// and written by the owner in its commits only.
+    bool lines_flushed = false;
 
     /// The two sides of the lock between a commit and a helper that settles the slot's
     /// write-back (asymmetric: the owner publishes `committing` with a plain store, the helper

@@ -54,8 +54,10 @@ enum class mutation : std::uint8_t {
                         ///< without the orec being one that the slot's last commit released
     // Attribution switches (paired_bench_hooks): each removes one persistence step, so that
     // its cost can be measured; the crash tests catch both.
-    no_commit_fence,     ///< a commit skips F1: it returns before its entry is durable
-    no_write_back_flush, ///< eager: a commit does not flush the previous write-back's lines
+    no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
+    no_write_back_flush,    ///< eager: a commit does not flush the previous write-back's lines
+    prompt_lines_unflushed, ///< prompt: a commit counts its lines as flushed after its
+                            ///< write-back without flushing them
 };
 
 #if defined(TLPTM_SCHED_HOOKS)
