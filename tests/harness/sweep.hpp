@@ -493,10 +493,13 @@ public:
 private:
     tlptm::pool_options open_options() const {
         tlptm::pool_options o = sc_.options;
-        // Both write-back policies: scheduled runs alternate them by seed (odd seeds lazy);
-        // the other sweeps run the library's default (eager; crash_test covers lazy).
-        if (sc_.scheduled && cfg_.schedule.seed % 2 == 1)
+        // Every write-back policy: scheduled runs choose by seed (even seeds eager, the
+        // library's default; seeds 1 mod 4 lazy, 3 mod 4 prompt); the other sweeps run the
+        // scenario's (eager unless it says otherwise; crash_test covers all three).
+        if (sc_.scheduled && cfg_.schedule.seed % 4 == 1)
             o.write_back = tlptm::write_back::lazy;
+        else if (sc_.scheduled && cfg_.schedule.seed % 4 == 3)
+            o.write_back = tlptm::write_back::prompt;
         o.durability = tlptm::durability::emulate_pmem;
         o.policy = nullptr;
         return o;
