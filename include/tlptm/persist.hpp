@@ -151,7 +151,7 @@ inline void spin_ns(std::uint64_t ns) noexcept {
 /// stores between. libpmem's non-temporal copy writes a range's unaligned edges with ordinary
 /// stores and CLWB, and an SFENCE then waits for the write-back as well: a 12-to-600-byte entry
 /// persisted in 190-240 ns that way against 120-150 ns with whole-word non-temporal stores
-/// (AMD EPYC guest, docs/design.md "Writing the entry"). Other ranges go to libpmem.
+/// (AMD EPYC guest, docs/design.md "Writing the log entry"). Other ranges go to libpmem.
 /// Durable after a store fence.
 inline void stream_copy(void* dst, const void* src, std::size_t n) noexcept {
 #if defined(__x86_64__)
@@ -524,8 +524,8 @@ private:
 /// must first take it out, and a commit's non-temporal entries never bring their lines in,
 /// while stores and CLWB leave them there. Copying from the ring onto itself, and sharing the
 /// lines between the methods, measured small non-temporal entries at 376 ns on the AMD EPYC
-/// guest of 2026-12-04, where the entries of a pool's commits persist in about 180 ns
-/// (docs/design.md, "Writing the entry").
+/// guest of 2026-12-04, against 118-140 ns written from a copy into lines of their own
+/// (docs/design.md, "Writing the log entry").
 inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes) {
     log_write_choice c;
 #if defined(__x86_64__)

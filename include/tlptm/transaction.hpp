@@ -825,7 +825,7 @@ inline void commit(thread_slot& s) {
         touched = true;
         // Step 3: the entry goes out with non-temporal stores, as whole aligned words (a
         // non-temporal copy's unaligned edges would be stores and flushes, which take longer to
-        // persist: docs/design.md, "Writing the entry"), or with stores and CLWB.
+        // persist: docs/design.md, "Writing the log entry"), or with stores and CLWB.
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
         std::span<const std::uint8_t> words = s.entry.widen_to_words(s.head, s.tail_word);
         st.persist.stream(s.pctx, s.ring.data() + s.head / 8 * 8, words.data(), words.size());
