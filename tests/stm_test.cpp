@@ -423,20 +423,23 @@ TEST_CASE("slots are held by running transactions: idle threads hold none, extra
     std::vector<std::thread> ts;
     for (int t = 0; t < 3; ++t)
         ts.emplace_back([&] {
-            bool counted = false; // once per thread, however often the attempt is retried
             tlptm::atomic(pool, [&] {
-                if (!counted) {
-                    counted = true;
-                    int now = ++inside;
-                    int m = most_inside.load();
-                    while (now > m && !most_inside.compare_exchange_weak(m, now)) {
-                    }
+                // Counted while the body runs, which is while the attempt holds its slot: the
+                // guard leaves on return and on a retry's unwinding. (Leaving after atomic
+                // returned let the third thread, given the freed slot, count itself first.)
+                struct leave_on_exit {
+                    std::atomic<int>& n;
+                    ~leave_on_exit() { --n; }
+                };
+                int now = ++inside;
+                leave_on_exit guard{inside};
+                int m = most_inside.load();
+                while (now > m && !most_inside.compare_exchange_weak(m, now)) {
                 }
                 while (!release.load())
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 b->done[1] += 1;
             });
-            --inside;
             ++done;
         });
     for (int i = 0; i < 200 && inside.load() < 2; ++i)
