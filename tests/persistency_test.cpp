@@ -337,9 +337,6 @@ sweep_config mutation_config() {
     return cfg;
 }
 
-} // namespace
-
-namespace {
 /// single-word with prompt write-back: its commits alternate between two lines, so each one
 /// flushes its line right after its write-back.
 scenario prompt_single_word() {
@@ -347,6 +344,7 @@ scenario prompt_single_word() {
     s.options.write_back = tlptm::write_back::prompt;
     return s;
 }
+
 } // namespace
 
 TEST_CASE("mutations of the persistence path are caught by the sweep") {

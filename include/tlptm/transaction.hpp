@@ -621,40 +621,43 @@ inline bool flush_allocated(thread_slot& s) {
     return true;
 }
 
-/// write_back::prompt: whether this commit writes a line of the slot's previous commit
-/// (dirty_lines, already flushed): such lines are hot, and this commit's own lines are then left
-/// to the next commit instead of being flushed early.
-inline bool rewrites_previous_lines(const thread_slot& s) noexcept {
+/// Walks the lines the slot's earlier commits wrote back (s.dirty_lines, ascending) against
+/// this commit's write-set (sorted by offset): calls other(l) for each line l that this commit
+/// does not write again, and returns whether it writes any of them again.
+template <class Other> bool split_previous_lines(const thread_slot& s, Other&& other) {
     const auto& lines = s.dirty_lines;
     const auto& runs = s.writes.runs();
+    bool rewritten = false;
     std::size_t i = 0;
-    for (const std::uint64_t l : lines) {
-        while (i < runs.size() && (runs[i].end() - 1) / cache_line < l)
-            ++i;
-        if (i < runs.size() && runs[i].offset / cache_line <= l)
-            return true;
-    }
-    return false;
-}
-
-/// Eager write-back: flushes the lines the slot's earlier commits wrote back (s.dirty_lines,
-/// ascending), but for those that this commit's write-set (sorted) writes again. Returns true
-/// if it left such a line unflushed.
-inline bool flush_previous_lines(thread_slot& s) {
-    const pool_state& st = *s.pool;
-    auto& lines = s.dirty_lines;
-    const auto& runs = s.writes.runs();
-    std::size_t kept = 0, i = 0;
     for (std::size_t k = 0; k < lines.size(); ++k) {
         const std::uint64_t l = lines[k];
         while (i < runs.size() && (runs[i].end() - 1) / cache_line < l)
             ++i;
         if (i < runs.size() && runs[i].offset / cache_line <= l)
-            continue;      // written again by this commit: flushed with its write-back
-        lines[kept++] = l; // to flush now
+            rewritten = true;
+        else
+            other(l);
     }
+    return rewritten;
+}
+
+/// write_back::prompt: whether this commit writes a line of the slot's previous commit
+/// (dirty_lines, already flushed): such lines are hot, and this commit's own lines are then left
+/// to the next commit instead of being flushed early.
+inline bool rewrites_previous_lines(const thread_slot& s) {
+    return split_previous_lines(s, [](std::uint64_t) {});
+}
+
+/// Eager write-back: flushes the lines the slot's earlier commits wrote back, but for those
+/// that this commit writes again (flushed with its own write-back). Returns true if it left
+/// such a line unflushed.
+inline bool flush_previous_lines(thread_slot& s) {
+    const pool_state& st = *s.pool;
+    auto& lines = s.dirty_lines;
+    std::size_t kept = 0; // lines to flush now, compacted in place (never past the one read)
+    const bool rewritten = split_previous_lines(s, [&](std::uint64_t l) { lines[kept++] = l; });
     st.persist.flush_lines(s.pctx, st.base, lines.data(), kept);
-    return kept != lines.size();
+    return rewritten;
 }
 
 /// Largest total size of the blocks a transaction allocated that its entry covers with a CRC
@@ -915,7 +918,8 @@ inline void commit(thread_slot& s) {
         // Prompt: the lines just written go out now; the next fence completes them.
         if (flush_after_write_back && !mutated(mutation::prompt_lines_unflushed))
             st.persist.flush_lines(s.pctx, st.base, s.dirty_lines.data(), s.dirty_lines.size());
-        s.lines_flushed = flush_after_write_back;
+        if (prompt) // eager and lazy never read it: no store after F1 for them
+            s.lines_flushed = flush_after_write_back;
         // Step 6: no fence yet. Eager: the slot's next commit flushes the lines before its F1
         // (above); prompt: they were flushed just above; a thread that needs CT to pass this
         // commit sooner settles the slot. Lazy: the batch below flushes them.
