@@ -505,22 +505,6 @@ double binomial_half_cdf(std::uint64_t n, std::uint64_t k) {
     return std::min(sum, 1.0);
 }
 
-/// How a pool writes its log entries, and why.
-std::string describe(const tlptm::log_write_choice& c) {
-    std::string s = c.method == tlptm::log_write::store_and_flush
-                        ? "store_and_flush (ordinary stores + CLWB)"
-                        : "non_temporal (non-temporal stores)";
-    if (!c.measured)
-        return s + ", as given";
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  ", measured when the pool opened (12-36 B / 72-520 B entry + SFENCE): "
-                  "non-temporal %.0f / %.0f ns, stores + CLWB %.0f / %.0f ns",
-                  c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
-                  c.store_and_flush_large_ns);
-    return s + buf;
-}
-
 const char* workload_text(workload wl) {
     switch (wl) {
     case workload::a:
@@ -596,7 +580,7 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
                 static_cast<unsigned long long>(buckets), write_ns.c_str());
     for (int i = 0; i < 2; ++i)
         std::printf("  log entries of %c: %s\n", "AB"[i],
-                    describe(sides[i]->pool.chosen_log_write()).c_str());
+                    workloads::describe_log_write(sides[i]->pool.chosen_log_write()).c_str());
     std::fflush(stdout);
 
     preload(a, keys);

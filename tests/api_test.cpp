@@ -343,7 +343,8 @@ TEST_CASE("log_write: entries written with stores and flushes are counted as who
     }
 }
 
-TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the faster method") {
+TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the faster method "
+          "for each size") {
     // On a file of the pool's kind of mapping (shared, in the tests' directory), filled with
     // random bytes: the measurement rewrites words with their own values only.
     tlptm_test::temp_path path("log-write-probe");
@@ -373,10 +374,12 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     CHECK(c.store_and_flush_small_ns > 0);
     CHECK(c.non_temporal_large_ns > 0);
     CHECK(c.store_and_flush_large_ns > 0);
-    const bool flush_faster = c.store_and_flush_small_ns + c.store_and_flush_large_ns <
-                              0.9 * (c.non_temporal_small_ns + c.non_temporal_large_ns);
-    CHECK(c.method ==
-          (flush_faster ? tlptm::log_write::store_and_flush : tlptm::log_write::non_temporal));
+    auto faster = [](double store_and_flush, double non_temporal) {
+        return store_and_flush < 0.9 * non_temporal ? tlptm::log_write::store_and_flush
+                                                    : tlptm::log_write::non_temporal;
+    };
+    CHECK(c.method == faster(c.store_and_flush_small_ns, c.non_temporal_small_ns));
+    CHECK(c.large_method == faster(c.store_and_flush_large_ns, c.non_temporal_large_ns));
 #endif
 }
 
@@ -391,23 +394,40 @@ TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and
         const tlptm::log_write_choice c = pool.chosen_log_write();
         CHECK(c.measured);
         CHECK(c.method != tlptm::log_write::automatic);
+        CHECK(c.large_method != tlptm::log_write::automatic);
         auto* r = pool.root<api_root>();
+        // Each entry written the way chosen for its size: one word in baseline mode logs less
+        // than large_entry_bytes, sixteen words more.
+        auto check_written = [&](const tlptm::stats& d, tlptm::log_write w) {
+            CHECK(d.log_bytes > 0);
+            if (w == tlptm::log_write::store_and_flush) {
+                CHECK(d.streamed_bytes == 0);
+                CHECK(d.log_lines_flushed >= 20);
+            } else {
+                CHECK(d.streamed_bytes >= d.log_bytes);
+                CHECK(d.log_lines_flushed == 0);
+            }
+        };
         auto s0 = pool.stats();
         for (std::uint64_t i = 0; i < 20; ++i)
             tlptm::atomic(pool, [&] { r->u64 = i + 1; });
         auto d = pool.stats() - s0;
-        CHECK(d.log_bytes > 0);
-        if (c.method == tlptm::log_write::store_and_flush) {
-            CHECK(d.streamed_bytes == 0);
-            CHECK(d.log_lines_flushed >= 20);
-        } else {
-            CHECK(d.streamed_bytes >= d.log_bytes);
-            CHECK(d.log_lines_flushed == 0);
-        }
+        CHECK(d.log_bytes < 20 * tlptm::log_write_choice::large_entry_bytes);
+        check_written(d, c.method);
+        s0 = pool.stats();
+        for (std::uint64_t i = 0; i < 20; ++i)
+            tlptm::atomic(pool, [&] {
+                for (std::size_t w = 0; w < 16; ++w)
+                    r->words[w] = i * 16 + w;
+            });
+        d = pool.stats() - s0;
+        CHECK(d.log_bytes >= 20 * tlptm::log_write_choice::large_entry_bytes);
+        check_written(d, c.large_method);
         // Measured once per device: a second pool beside it takes the same choice.
         {
             auto second = tlptm::pool::create(other, opt);
             CHECK(second.chosen_log_write().method == c.method);
+            CHECK(second.chosen_log_write().large_method == c.large_method);
             CHECK(second.chosen_log_write().non_temporal_small_ns == c.non_temporal_small_ns);
         }
         std::filesystem::copy_file(path.str(), image.str());
@@ -416,6 +436,42 @@ TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and
     auto pool = tlptm::pool::open(image, opt);
     CHECK(pool.last_recovery().entries_replayed > 0);
     CHECK(pool.root<api_root>()->u64 == 20);
+    CHECK(pool.root<api_root>()->words[15] == 19 * 16 + 15);
+}
+
+TEST_CASE("large_log_write: entries of 64 B and more are written their own way, the others "
+          "log_write's") {
+    for (auto [small, large] :
+         {std::pair{tlptm::log_write::store_and_flush, tlptm::log_write::non_temporal},
+          std::pair{tlptm::log_write::non_temporal, tlptm::log_write::store_and_flush}}) {
+        CAPTURE(static_cast<int>(small));
+        tlptm_test::temp_path path("large-log-write");
+        tlptm_test::ram_policy policy;
+        auto opt = tlptm_test::options_with(policy, tlptm::log_mode::baseline);
+        opt.log_write = small;
+        opt.large_log_write = large;
+        auto pool = tlptm::pool::create(path, opt);
+        CHECK(pool.chosen_log_write().method == small);
+        CHECK(pool.chosen_log_write().large_method == large);
+        auto* r = pool.root<api_root>();
+        auto s0 = pool.stats();
+        tlptm::atomic(pool, [&] { r->u64 = 5; }); // one word: a small entry
+        const auto one = pool.stats() - s0;
+        s0 = pool.stats();
+        tlptm::atomic(pool, [&] { // sixteen words: a large one
+            for (std::size_t w = 0; w < 16; ++w)
+                r->words[w] = w + 1;
+        });
+        const auto sixteen = pool.stats() - s0;
+        REQUIRE(one.log_bytes < tlptm::log_write_choice::large_entry_bytes);
+        REQUIRE(sixteen.log_bytes >= tlptm::log_write_choice::large_entry_bytes);
+        const auto& flushed = small == tlptm::log_write::store_and_flush ? one : sixteen;
+        const auto& streamed = small == tlptm::log_write::store_and_flush ? sixteen : one;
+        CHECK(flushed.streamed_bytes == 0);
+        CHECK(flushed.log_lines_flushed > 0);
+        CHECK(streamed.streamed_bytes >= streamed.log_bytes);
+        CHECK(streamed.log_lines_flushed == 0);
+    }
 }
 
 TEST_CASE("log_write: nothing is measured when the method is given, in msync mode or with a "
@@ -426,6 +482,7 @@ TEST_CASE("log_write: nothing is measured when the method is given, in msync mod
     auto given = tlptm::pool::create(a, opt);
     CHECK_FALSE(given.chosen_log_write().measured);
     CHECK(given.chosen_log_write().method == tlptm::log_write::store_and_flush);
+    CHECK(given.chosen_log_write().large_method == tlptm::log_write::store_and_flush);
 
     opt = tlptm_test::small_options();
     opt.durability = tlptm::durability::msync;

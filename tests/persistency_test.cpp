@@ -250,16 +250,24 @@ TEST_CASE("crash sweep: log rings wrap (checkpoint, new generation)") {
 
 TEST_CASE("crash sweep: log entries written with stores and flushes (log_write)") {
     // The entry reaches the ring as stores and a flush of their lines instead of a stream; a
-    // crash image may hold any prefix of each line's stores until F1.
+    // crash image may hold any prefix of each line's stores until F1. Also with the two
+    // methods mixed by entry size (large_log_write), as log_write::automatic may choose: one
+    // ring then holds entries written both ways, side by side in shared lines.
     sweep_size size = sweep_settings();
     sweep_result total;
-    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
-        for (scenario s : {sc::multi_word(mode, 3 * size.scale), sc::list(mode, 6 * size.scale),
-                           sc::ring_wrap(mode, 7 * size.scale)}) {
-            s.options.log_write = tlptm::log_write::store_and_flush;
-            sweep_result r = sweep(s, size.cfg);
-            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
-            total += r;
+    using lw = tlptm::log_write;
+    for (auto [small, large] : {std::pair{lw::store_and_flush, lw::store_and_flush},
+                                std::pair{lw::store_and_flush, lw::non_temporal},
+                                std::pair{lw::non_temporal, lw::store_and_flush}}) {
+        for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+            for (scenario s : {sc::multi_word(mode, 3 * size.scale), sc::list(mode, 6 * size.scale),
+                               sc::ring_wrap(mode, 7 * size.scale)}) {
+                s.options.log_write = small;
+                s.options.large_log_write = large;
+                sweep_result r = sweep(s, size.cfg);
+                CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+                total += r;
+            }
         }
     }
     report_total("log-write-store-and-flush", total);

@@ -25,6 +25,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -71,6 +72,29 @@ public:
 private:
     std::string path_;
 };
+
+/// "non-temporal stores", or each size's method when they differ, and the measurement
+/// behind them if the library measured.
+inline std::string describe_log_write(const tlptm::log_write_choice& c) {
+    auto how = [](tlptm::log_write w) {
+        return w == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
+                                                      : "non-temporal stores";
+    };
+    std::string s = how(c.method);
+    if (c.large_method != c.method)
+        s += std::string(" below ") + std::to_string(c.large_entry_bytes) + " B, " +
+             how(c.large_method) + " from " + std::to_string(c.large_entry_bytes) + " B";
+    if (!c.measured)
+        return s + ", as given";
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  ", measured when the pool opened (per entry + SFENCE in a steady stream, "
+                  "12-36 B / 72-520 B at packed ring positions): non-temporal %.0f / %.0f ns, "
+                  "stores + CLWB %.0f / %.0f ns",
+                  c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
+                  c.store_and_flush_large_ns);
+    return s + buf;
+}
 
 /// tlptm in one of its log modes, persistent memory emulated (durability::emulate_pmem: CPU
 /// flushes and fences only, plus the emulated write latency per line).

@@ -257,18 +257,7 @@ std::string default_pool_path() {
 
 /// How tlptm wrote its log entries, and the measurement behind the choice.
 void print_log_write(std::FILE* out, const tlptm::log_write_choice& c) {
-    const char* how = c.method == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
-                                                                    : "non-temporal stores";
-    if (!c.measured) {
-        std::fprintf(out, "tlptm log entries: %s (set by TLPTM_LOG_WRITE)\n", how);
-        return;
-    }
-    std::fprintf(out,
-                 "tlptm log entries: %s, measured when the pool opened (per entry + SFENCE, "
-                 "12-36 B / 72-520 B at packed ring positions): non-temporal %.0f / %.0f ns, "
-                 "stores + CLWB %.0f / %.0f ns\n",
-                 how, c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
-                 c.store_and_flush_large_ns);
+    std::fprintf(out, "tlptm log entries: %s\n", describe_log_write(c).c_str());
 }
 
 template <std::size_t N> int run_all(const options& o, const std::string& pool_path) {

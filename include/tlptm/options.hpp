@@ -72,8 +72,13 @@ struct pool_options {
     tlptm::write_back write_back = tlptm::write_back::eager;
     /// How log entries are written (see tlptm::log_write); this opening only. Automatic
     /// measures both ways on the pool's log rings when the pool opens (once per device and
-    /// process) and takes the faster; pool::chosen_log_write() tells which.
+    /// process) and takes the faster, for small entries and for large ones
+    /// (log_write_choice::large_entry_bytes and more) apart; pool::chosen_log_write() tells
+    /// which.
     tlptm::log_write log_write = tlptm::log_write::automatic;
+    /// Large log entries (log_write_choice::large_entry_bytes and more) are written this way
+    /// instead. Unset or automatic: as log_write says.
+    std::optional<tlptm::log_write> large_log_write = std::nullopt;
     /// Lazy write-back: a thread's batch is written back once it has this many distinct dirty
     /// lines (the high watermark). Larger batches mean fewer fences and more log to replay after
     /// a crash (bounded by the ring anyway).

@@ -67,7 +67,9 @@ enum class write_back {
     /// Durable at the same point as eager (the thread's next fence, or a helper's). The next
     /// commit's first locked instruction then counts as a round trip (stats::round_trips):
     /// the flushes may still be pending, although after a transaction's work they rarely are.
-    /// Measured on one machine only (docs/design.md, "Writing back"), hence not the default.
+    /// Faster than eager by 0-95 ns a transaction on an AMD EPYC guest, slower by 80-165 ns on
+    /// b and c on an Intel Xeon guest, whose locked instructions waited for the flushes
+    /// (docs/design.md, "Writing back"); hence not the default.
     prompt,
 };
 
@@ -75,12 +77,13 @@ enum class write_back {
 /// Either way the entry is durable after the commit's fence (F1); only the instructions and
 /// the bytes written back differ (docs/design.md, "Writing the log entry").
 enum class log_write {
-    /// The faster of the two below on this machine, measured when the pool is opened (the
-    /// default). Which one wins depends on the CPU: on the AMD EPYC guest the project is
-    /// measured on, whole-word non-temporal stores persisted a small entry in 120-150 ns against
-    /// 185-195 ns for stores and CLWB; on an Intel Xeon guest a non-temporal store of part of a
-    /// line took 370-420 ns and stores with CLWB 130-170 ns (docs/design.md). The choice is in
-    /// pool::chosen_log_write(). With a test's persist_policy it is non_temporal.
+    /// The faster of the two below on this machine, for small entries and for large ones
+    /// apart, measured when the pool is opened (the default). Which one wins depends on the
+    /// CPU: on an AMD EPYC guest whole-word non-temporal stores persisted a small entry in
+    /// 120-150 ns against 157-195 ns for stores and CLWB; on Intel Xeon guests a steady stream
+    /// of small non-temporal entries took 305-420 ns each and stores with CLWB 130-245 ns
+    /// (docs/design.md). The choice is in pool::chosen_log_write(). With a test's
+    /// persist_policy it is non_temporal.
     automatic,
     /// Non-temporal stores of the whole aligned 8-byte words around the entry: the entry's
     /// bytes go to memory without passing through the cache and the next entry never reads
@@ -93,13 +96,16 @@ enum class log_write {
     store_and_flush,
 };
 
-/// The method an opening writes log entries with, and, when pool_options::log_write was
-/// automatic on persistent memory (or its emulation), the measurement that chose it: the mean
-/// time to write one entry at a packed position of a log ring and fence it, best of several
-/// rounds, for small entries (12-36 bytes, what a small update logs) and larger ones
-/// (72-520 bytes).
+/// The methods an opening writes log entries with, one for entries shorter than
+/// large_entry_bytes and one for the others, and, when pool_options::log_write was automatic
+/// on persistent memory (or its emulation), the measurement that chose them: the mean time to
+/// write one entry at a packed position of a log ring and fence it, in a steady stream of
+/// entries, best of several rounds, for small entries (12-36 bytes, what a small update logs)
+/// and larger ones (72-520 bytes). A given log_write sets both methods.
 struct log_write_choice {
-    log_write method = log_write::non_temporal;
+    static constexpr std::size_t large_entry_bytes = 64;
+    log_write method = log_write::non_temporal;       ///< entries below large_entry_bytes
+    log_write large_method = log_write::non_temporal; ///< entries of large_entry_bytes or more
     /// False: given by pool_options::log_write, or msync mode, or a test policy.
     bool measured = false;
     double non_temporal_small_ns = 0, store_and_flush_small_ns = 0;
@@ -513,11 +519,19 @@ private:
 
 /// log_write::automatic's measurement: times both ways of writing a log entry on `area`
 /// (`bytes` >= 4096 of the pool's mapping, which no one else writes meanwhile) and returns the
-/// faster. Every word is rewritten with the value it holds, so nothing that a crash or a
-/// reader could see changes. The entries are laid end to end as a ring lays them, each one
-/// fenced; rounds alternate between the methods, the best round of each counts (the machines
-/// are shared and noisy), and stores with flushes must win by 10 % to be chosen (they write
-/// whole lines back: more bytes to persistent memory). About half a millisecond.
+/// faster for small entries and the faster for large ones. Every word is rewritten with the
+/// value it holds, so nothing that a crash or a reader could see changes. The entries are laid
+/// end to end as a ring lays them, each one fenced; rounds alternate between the methods, the
+/// best round of each counts (the machines are shared and noisy), and stores with flushes must
+/// win by 10 % to be chosen (they write whole lines back: more bytes to persistent memory).
+/// About 4 ms.
+///
+/// Each round first writes entries it does not time: on the 2-vCPU Intel Xeon guest of
+/// 2026-12-04 small non-temporal entries took 83 ns each on average in a burst of 48 after a
+/// pause, 305 ns in a run of 1000 (stores and CLWB: 200-245 ns either way). A commit writes its
+/// entries in such a steady stream; the earlier rounds of 48 timed entries measured the burst,
+/// chose non-temporal stores there, and the workloads then ran 43-77 ns a transaction slower than
+/// with stores and CLWB (docs/design.md, "Writing the log entry").
 ///
 /// As in a commit, the bytes come from a volatile copy (an entry is built in DRAM), and each
 /// method has its own half of the span: a non-temporal store to a line that is in the cache
@@ -533,7 +547,7 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
         return c;
     static constexpr std::size_t small[] = {12, 24, 36, 20};
     static constexpr std::size_t large[] = {72, 136, 264, 520};
-    constexpr int per_round = 48, rounds = 5;
+    constexpr int lead_in = 192, per_round = 384, rounds = 3;
     // Each method writes its own half, from the copy of the half's bytes.
     const std::size_t half = std::min<std::size_t>(bytes, std::size_t{64} << 10) / 2 / 64 * 64;
     const std::vector<std::uint8_t> copy(area, area + 2 * half);
@@ -556,6 +570,8 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
         at[m] += n;
     };
     auto round = [&](const auto& sizes, bool nt) {
+        for (int k = 0; k < lead_in; ++k) // not timed: a burst after a pause goes faster
+            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], nt);
         const auto t0 = std::chrono::steady_clock::now();
         for (int k = 0; k < per_round; ++k)
             write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], nt);
@@ -578,8 +594,8 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
     c.store_and_flush_small_ns = best[1];
     c.non_temporal_large_ns = best[2];
     c.store_and_flush_large_ns = best[3];
-    c.method = best[1] + best[3] < 0.9 * (best[0] + best[2]) ? log_write::store_and_flush
-                                                             : log_write::non_temporal;
+    c.method = best[1] < 0.9 * best[0] ? log_write::store_and_flush : log_write::non_temporal;
+    c.large_method = best[3] < 0.9 * best[2] ? log_write::store_and_flush : log_write::non_temporal;
 #else
     (void)area, (void)bytes;
 #endif
@@ -612,9 +628,11 @@ public:
 
     persistence() = default;
     persistence(kind k, persist_policy* override_policy, std::uint32_t write_ns,
-                log_write lw = log_write::non_temporal)
+                log_write small = log_write::non_temporal,
+                log_write large = log_write::non_temporal)
         : kind_(k), override_(override_policy), write_ns_(write_ns),
-          store_log_(lw == log_write::store_and_flush) {
+          store_small_(small == log_write::store_and_flush),
+          store_large_(large == log_write::store_and_flush) {
         if (k == kind::msync && override_policy == nullptr)
             group_ = std::make_shared<sync_group>();
     }
@@ -624,11 +642,12 @@ public:
     bool traced() const noexcept { return override_ != nullptr; }
 
     /// Copies n bytes into the pool (a log entry) with non-temporal stores, or with stores and
-    /// flushes of their lines (log_write); durable after fence().
+    /// flushes of their lines (log_write, chosen per size); durable after fence().
     [[gnu::always_inline]] void stream(persist_ctx& ctx, void* dst, const void* src,
                                        std::size_t n) const {
         ctx.pending = true;
-        if (store_log_ && kind_ == kind::cpu) {
+        const bool store = n < log_write_choice::large_entry_bytes ? store_small_ : store_large_;
+        if (store && kind_ == kind::cpu) {
             // Stores and CLWB (log_write): the lines are written back whole. A test's policy
             // sees them as what they are, stores and a flush, so its crash images treat the
             // entry like any stored data.
@@ -668,7 +687,7 @@ public:
     /// (docs/design.md, "Writing the log entry"). Non-temporal entries do not read the line,
     /// and a test policy writes no real lines: nothing is fetched for them.
     void prefetch_log(const std::uint8_t* ring, std::size_t at, std::size_t capacity) const {
-        if (!store_log_ || kind_ != kind::cpu || override_)
+        if (!(store_small_ || store_large_) || kind_ != kind::cpu || override_)
             return;
         const auto line = reinterpret_cast<std::uintptr_t>(ring + at) & ~std::uintptr_t{63};
         __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 3);
@@ -767,7 +786,8 @@ private:
     kind kind_ = kind::cpu;
     persist_policy* override_ = nullptr;
     std::uint32_t write_ns_ = 0;
-    bool store_log_ = false; ///< log_write::store_and_flush
+    bool store_small_ = false; ///< log_write::store_and_flush below large_entry_bytes
+    bool store_large_ = false; ///< log_write::store_and_flush from large_entry_bytes
     /// msync mode: the threads' fences, grouped (shared: persistence is copied on open)
     std::shared_ptr<sync_group> group_;
 };

@@ -1037,10 +1037,13 @@ inline void choose_persistence(pool_state& st, const pool_options& opt, std::uin
     }
     st.log_choice = log_write_choice{};
     if (opt.log_write != log_write::automatic)
-        st.log_choice.method = opt.log_write;
+        st.log_choice.method = st.log_choice.large_method = opt.log_write;
     else if (k == persistence::kind::cpu && opt.policy == nullptr)
         st.log_choice = automatic_log_write(st.fd, rings, ring_bytes);
-    st.persist = persistence(k, opt.policy, write_ns, st.log_choice.method);
+    if (opt.large_log_write && *opt.large_log_write != log_write::automatic)
+        st.log_choice.large_method = *opt.large_log_write;
+    st.persist =
+        persistence(k, opt.policy, write_ns, st.log_choice.method, st.log_choice.large_method);
 }
 
 /// Creates a new pool file. Throws pool_error (exists, no space, cannot map, options that
