@@ -343,6 +343,23 @@ TEST_CASE("log_write: entries written with stores and flushes are counted as who
     }
 }
 
+namespace {
+
+/// The log entries of `entries` transactions (the stats difference d) were written as log_write
+/// `w` says: as stores and flushes of at least one line each, or streamed with none flushed.
+void check_entries_written(const tlptm::stats& d, tlptm::log_write w, std::uint64_t entries) {
+    CHECK(d.log_bytes > 0);
+    if (w == tlptm::log_write::store_and_flush) {
+        CHECK(d.streamed_bytes == 0);
+        CHECK(d.log_lines_flushed >= entries);
+    } else {
+        CHECK(d.streamed_bytes >= d.log_bytes);
+        CHECK(d.log_lines_flushed == 0);
+    }
+}
+
+} // namespace
+
 TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the faster method "
           "for each size") {
     // On a file of the pool's kind of mapping (shared, in the tests' directory), filled with
@@ -398,22 +415,12 @@ TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and
         auto* r = pool.root<api_root>();
         // Each entry written the way chosen for its size: one word in baseline mode logs less
         // than large_entry_bytes, sixteen words more.
-        auto check_written = [&](const tlptm::stats& d, tlptm::log_write w) {
-            CHECK(d.log_bytes > 0);
-            if (w == tlptm::log_write::store_and_flush) {
-                CHECK(d.streamed_bytes == 0);
-                CHECK(d.log_lines_flushed >= 20);
-            } else {
-                CHECK(d.streamed_bytes >= d.log_bytes);
-                CHECK(d.log_lines_flushed == 0);
-            }
-        };
         auto s0 = pool.stats();
         for (std::uint64_t i = 0; i < 20; ++i)
             tlptm::atomic(pool, [&] { r->u64 = i + 1; });
         auto d = pool.stats() - s0;
         CHECK(d.log_bytes < 20 * tlptm::log_write_choice::large_entry_bytes);
-        check_written(d, c.method);
+        check_entries_written(d, c.method, 20);
         s0 = pool.stats();
         for (std::uint64_t i = 0; i < 20; ++i)
             tlptm::atomic(pool, [&] {
@@ -422,7 +429,7 @@ TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and
             });
         d = pool.stats() - s0;
         CHECK(d.log_bytes >= 20 * tlptm::log_write_choice::large_entry_bytes);
-        check_written(d, c.large_method);
+        check_entries_written(d, c.large_method, 20);
         // Measured once per device: a second pool beside it takes the same choice.
         {
             auto second = tlptm::pool::create(other, opt);
@@ -465,12 +472,8 @@ TEST_CASE("large_log_write: entries of 64 B and more are written their own way, 
         const auto sixteen = pool.stats() - s0;
         REQUIRE(one.log_bytes < tlptm::log_write_choice::large_entry_bytes);
         REQUIRE(sixteen.log_bytes >= tlptm::log_write_choice::large_entry_bytes);
-        const auto& flushed = small == tlptm::log_write::store_and_flush ? one : sixteen;
-        const auto& streamed = small == tlptm::log_write::store_and_flush ? sixteen : one;
-        CHECK(flushed.streamed_bytes == 0);
-        CHECK(flushed.log_lines_flushed > 0);
-        CHECK(streamed.streamed_bytes >= streamed.log_bytes);
-        CHECK(streamed.log_lines_flushed == 0);
+        check_entries_written(one, small, 1);
+        check_entries_written(sixteen, large, 1);
     }
 }
 

@@ -685,9 +685,11 @@ public:
     /// can even start. Fetched early, the miss overlaps the transaction's own work: paired
     /// slices of updates and inserts, 8 to 256 B values, 32-83 ns a transaction faster
     /// (docs/design.md, "Writing the log entry"). Non-temporal entries do not read the line,
-    /// and a test policy writes no real lines: nothing is fetched for them.
+    /// and a test policy writes no real lines: nothing is fetched for them. The entry's size
+    /// is not known yet, so the small entries' method (most transactions') decides: a
+    /// non-temporal entry into a fetched line would first have to evict it.
     void prefetch_log(const std::uint8_t* ring, std::size_t at, std::size_t capacity) const {
-        if (!(store_small_ || store_large_) || kind_ != kind::cpu || override_)
+        if (!store_small_ || kind_ != kind::cpu || override_)
             return;
         const auto line = reinterpret_cast<std::uintptr_t>(ring + at) & ~std::uintptr_t{63};
         __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 3);
