@@ -372,8 +372,11 @@ inline void tx_write(thread_slot& s, void* dst, const void* src, std::size_t n) 
 /// attempt still sees only the newest committed values.
 [[gnu::always_inline]] inline void begin(thread_slot& s) {
     // The sets are empty: the slot's last attempt emptied them (finish_attempt).
-    s.doomed = false;
-    s.committed = false;
+    // Stores only where the last attempt left something (see write_set::clear).
+    if (s.doomed)
+        s.doomed = false;
+    if (s.committed)
+        s.committed = false;
     if (s.nested_error)
         s.nested_error = nullptr;
     s.overflow_check_at = s.surely_fit_words;
@@ -406,15 +409,21 @@ inline void release_claims(thread_slot& s, heap& h) noexcept {
 }
 
 /// Ends an attempt: an aborted attempt gives its allocations back; blocks allocated and freed
-/// by the same attempt go back either way.
+/// by the same attempt go back either way. After a commit this runs behind its fence, where
+/// every store waits in the store buffer (write_set::clear): a committed insert calls nothing
+/// (release_claims' prologue alone was six stores) and empty sets are not reset.
 [[gnu::always_inline]] inline void finish_attempt(thread_slot& s) noexcept {
-    heap& h = s.pool->allocator;
-    if (!s.alloc.claims.empty() || !s.alloc.sb_claims.empty())
-        release_claims(s, h);
+    const auto& claims = s.alloc.claims;
+    if ((!claims.empty() || !s.alloc.sb_claims.empty()) &&
+        (!s.committed ||
+         std::any_of(claims.begin(), claims.end(), [](const auto& c) { return c.freed_in_tx; })))
+        release_claims(s, s.pool->allocator);
     s.alloc.clear();
     s.writes.clear();
-    s.reads.clear();
-    s.locks.clear();
+    if (!s.reads.empty())
+        s.reads.clear();
+    if (!s.locks.empty())
+        s.locks.clear();
 }
 
 /// The owner's side of the lock between a commit and a helper's settle(): from commit step 1
@@ -805,7 +814,7 @@ inline void commit(thread_slot& s) {
         s.in_flight.store(ts, std::memory_order_release);
     const bool lazy = st.write_back_mode == write_back::lazy;
     const bool prompt = st.write_back_mode == write_back::prompt;
-    bool touched = false, committed = false;
+    bool touched = false, committed = false, counted = false;
     try {
         if (ts > max_commit_ts) {
             st.poison("commit timestamps are exhausted");
@@ -863,7 +872,7 @@ inline void commit(thread_slot& s) {
         // Prompt: if the previous commit flushed its lines already, they are only looked at;
         // this commit flushes its own right after writing them back, unless it writes one of
         // the previous commit's lines (hot lines: then as eager).
-        bool carried = false, rewritten = false;
+        bool carried = false, rewritten = false, pending_cleared = false;
         if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush)) {
             if (prompt && s.lines_flushed)
                 rewritten = rewrites_previous_lines(s);
@@ -892,12 +901,17 @@ inline void commit(thread_slot& s) {
                 s.own_orecs[n++] = idx;
             s.own_count = n;
         }
+        // The slot's newest commit, for checkpoints (newest_commit: they raise the clock past
+        // it, which is safe before F1 too: in_flight holds CT below ts), and the count, taken
+        // back if F1 fails (abandon below).
+        s.committed_ts.store(ts, std::memory_order_relaxed);
+        thread_counters::add(c.tx_committed, 1);
+        counted = true;
         // Step 4, F1: the entry is durable; the transaction is committed. In eager mode the
         // fence also completes the previous commit's write-back flushes (its deferred F2).
         if (!mutated(mutation::no_commit_fence))
             st.persist.fence(s.pctx);
         committed = true;
-        s.committed_ts.store(ts, std::memory_order_relaxed);
         if (late && !previous_unfenced) {
             sched(sched_point::in_flight, &s);
             s.in_flight.store(ts, std::memory_order_release);
@@ -906,7 +920,14 @@ inline void commit(thread_slot& s) {
             // Every earlier line is durable now or rewritten below (carried): the lines
             // recorded before F1 are this commit's.
             if (!carried || mutated(mutation::carried_as_flushed)) {
-                s.unapplied_ts.store(0, std::memory_order_relaxed);
+                // unapplied_ts stays set: this commit's own lines are pending (below), and a
+                // checkpoint that comes now settles the slot. The bug of the mutation is to
+                // count a carried line durable: nothing pending for a moment, and in_flight
+                // raised past the commit that wrote it.
+                if (carried) {
+                    s.unapplied_ts.store(0, std::memory_order_relaxed);
+                    pending_cleared = true;
+                }
                 sched(sched_point::in_flight, &s);
                 s.in_flight.store(ts, std::memory_order_release); // only raises the bound
             }
@@ -929,8 +950,14 @@ inline void commit(thread_slot& s) {
         for (auto [idx, old] : s.locks)
             st.orecs[idx].store(orec_table::make_version(ts), std::memory_order_release);
         s.locks.clear();
-        s.unapplied_ts.store(ts, std::memory_order_release);
-        s.committed = true;
+        // Write-back pending (from here until the slot's next F1 or a settle). Only whether it
+        // is 0 matters, and nobody but this commit changes it while the commit section is held:
+        // if an earlier commit's write-back is still pending it is set already.
+        if (!previous_unfenced || pending_cleared)
+            s.unapplied_ts.store(ts, std::memory_order_release);
+        if (!s.alloc.claims.empty() || !s.alloc.sb_claims.empty())
+            s.committed = true; // only finish_attempt's release_claims reads it
+
         // Lazy: the high watermark. Duplicates are dropped first, so that a hot line counts
         // once; the batch fences once for all of them and lets CT pass this slot's commits.
         if (lazy && s.dirty_lines.size() >= st.write_back_lines) {
@@ -950,11 +977,12 @@ inline void commit(thread_slot& s) {
     } catch (const tx_retry&) {
         throw; // validation failed: locks and in_flight were released above
     } catch (...) {
+        if (counted && !committed)
+            thread_counters::add(c.tx_committed, ~std::uint64_t{0}); // counted before F1: -1
         if (!mutated(mutation::no_commit_cleanup)) // the bug this prevents, for the harness
             abandon_commit(s, ts, committed, touched, previous_unfenced);
         throw;
     }
-    thread_counters::add(c.tx_committed, 1);
 }
 
 } // namespace detail
@@ -984,9 +1012,10 @@ public:
     /// pool's heap). Overlapping ranges behave like memmove.
     /// @throw tx_scope_error dst is not in the pool's heap
     void memcpy(void* dst, const void* src, std::size_t n) {
-        buf_.resize(n);
-        detail::tx_read(*s_, buf_.data(), src, n);
-        detail::tx_write(*s_, dst, buf_.data(), n);
+        std::vector<std::uint8_t>& buf = s_->copy_buffer;
+        buf.resize(n);
+        detail::tx_read(*s_, buf.data(), src, n);
+        detail::tx_write(*s_, dst, buf.data(), n);
     }
 
     /// Reads n bytes at src into dst (volatile memory) as this transaction sees them.
@@ -1011,8 +1040,9 @@ public:
     detail::thread_slot& slot() const noexcept { return *s_; }
 
 private:
+    // Only the slot: a handle made for every attempt costs no more than a pointer (a buffer
+    // member was three stores behind the previous commit's fence, see finish_attempt).
     detail::thread_slot* s_;
-    std::vector<std::uint8_t> buf_;
 };
 
 namespace detail {
@@ -1098,7 +1128,8 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         const bool serial;
         attempt_scope(detail::pool_state& st_, detail::thread_slot* preferred, bool serial_)
             : st(st_), s(take(st_, preferred, serial_)), serial(serial_) {
-            s.serial = serial;
+            if (serial) // s.serial is false between attempts
+                s.serial = true;
             if (&s != preferred)
                 detail::this_thread_registry.remember(st, s);
             detail::current_tx = &s;
@@ -1115,7 +1146,8 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
         ~attempt_scope() {
             detail::current_tx = nullptr;
             detail::finish_attempt(s);
-            s.serial = false;
+            if (serial)
+                s.serial = false;
             st.leave(s, detail::this_thread_registry.record()); // the last access to the slot
             if (serial)
                 st.unlock_exclusive();

@@ -170,13 +170,15 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     append_vector<write_set::run> size_check_runs; ///< scratch of that check
     /// The blocks the commit's entry covers instead of a fence of their own (F0), sorted.
     std::vector<pool_range> covered;
-    alloc_tx_state alloc; ///< the attempt's allocations, AALO ranges and frees
+    alloc_tx_state alloc;                  ///< the attempt's allocations, AALO ranges and frees
+    std::vector<std::uint8_t> copy_buffer; ///< tx::memcpy's bytes in transit
 
     /// Between taking a commit timestamp and the moment its write-back is durable: a lower
     /// bound of the oldest such timestamp of this slot, else 0. CT may not pass it (I2). With
     /// lazy write-back it stays at the first commit since the slot's last write-back batch.
     std::atomic<std::uint64_t> in_flight{0};
-    /// The slot's newest commit whose write-back is not yet durable (0: none), and the lines
+    /// Non-zero (the timestamp of one of them) while commits of the slot have write-back that is
+    /// not yet durable, 0 when none has; only whether it is 0 is ever read. And the lines
     /// written back in place since the last batch (eager: flushed, waiting for the next fence;
     /// lazy: not flushed at all). The slot's next F1 completes eager flushes; a batch
     /// (pool_state::settle_locked) completes both; a thread that needs CT to pass them settles

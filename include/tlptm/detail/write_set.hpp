@@ -46,9 +46,9 @@ public:
 
     static constexpr std::uint64_t full = ~std::uint64_t{0};
 
-    bool empty() const noexcept { return words_ == 0; }
-    /// Words in the set.
-    std::size_t size() const noexcept { return words_; }
+    bool empty() const noexcept { return values_.empty(); }
+    /// Words in the set: one value each.
+    std::size_t size() const noexcept { return values_.size(); }
     const append_vector<run>& runs() const noexcept { return runs_; }
     const std::uint64_t* values() const noexcept { return values_.data(); }
 
@@ -115,7 +115,7 @@ public:
     /// word lies above every word of it (no lookup, no index to update); false otherwise (use
     /// put).
     [[gnu::always_inline]] bool append_word(std::uint64_t offset, std::uint64_t value) {
-        if (words_ != 0 && (offset <= top_ || !sorted_))
+        if (!empty() && (offset <= top_ || !sorted_))
             return false;
         add_above(offset, value, full);
         return true;
@@ -125,7 +125,7 @@ public:
     void put(std::uint64_t offset, std::uint64_t value, std::uint64_t mask) {
         // Above every word of the set (stores in address order, as a value is written):
         // surely new, whatever the filter says.
-        if (words_ == 0 || offset > top_) {
+        if (empty() || offset > top_) {
             add_above(offset, value & mask, mask);
             return;
         }
@@ -141,7 +141,6 @@ public:
         const auto first = static_cast<std::uint32_t>(values_.size());
         values_.push_back(value & mask);
         runs_.push_back(run{offset, 1, first, mask});
-        ++words_;
         filter_ |= filter_bit(offset);
         sorted_ = false;
         if (runs_.size() > linear_limit)
@@ -154,7 +153,7 @@ public:
     void put_words(std::uint64_t offset, const std::uint8_t* src, std::size_t n) {
         if (n == 0)
             return;
-        if (words_ != 0 && offset <= top_) {
+        if (!empty() && offset <= top_) {
             for (std::size_t k = 0; k < n; ++k) {
                 std::uint64_t v;
                 std::memcpy(&v, src + 8 * k, 8);
@@ -166,7 +165,6 @@ public:
             runs_.push_back(run{offset, 0, static_cast<std::uint32_t>(values_.size()), full});
         std::memcpy(static_cast<void*>(values_.append(n)), src, 8 * n);
         runs_.back().words += static_cast<std::uint32_t>(n);
-        words_ += n;
         top_ = offset + 8 * (n - 1);
         // A value of 8 words or more saturates the filter (reads then look the set up) rather
         // than hashing every word.
@@ -188,7 +186,8 @@ public:
         if (!sorted_)
             std::sort(runs_.begin(), runs_.end(),
                       [](const run& a, const run& b) { return a.offset < b.offset; });
-        sorted_ = true;
+        if (!sorted_)
+            sorted_ = true;
         if (!index_.empty())
             index_.clear();
         filter_ = full; // keep find() correct (it searches) if someone still looks
@@ -202,16 +201,19 @@ public:
                       [](const run& a, const run& b) { return a.offset < b.offset; });
     }
 
+    /// Empties the set. It runs after a commit's fence, where a store waits in the store
+    /// buffer until the fence completes (and a full buffer stops the core, so that the next
+    /// transaction's first loads wait too): only what holds something is reset.
     void clear() noexcept {
-        if (words_ == 0 && filter_ == 0)
+        if (empty() && filter_ == 0)
             return; // already clear (a read-only attempt): no stores
         runs_.clear();
         values_.clear();
-        words_ = 0;
         if (!index_.empty())
             index_.clear();
         filter_ = 0;
-        sorted_ = true;
+        if (!sorted_)
+            sorted_ = true;
     }
 
 private:
@@ -239,7 +241,6 @@ private:
             runs_.push_back(run{offset, 1, static_cast<std::uint32_t>(values_.size()), mask});
             values_.push_back(value);
         }
-        ++words_;
         top_ = offset;
         filter_ |= filter_bit(offset);
         if (!sorted_ && runs_.size() > linear_limit)
@@ -283,7 +284,7 @@ private:
     /// past the linear limit is indexed in full); rebuilds the index, at most half full, when it
     /// would pass half full or does not exist yet (the set was sorted, or small, until now).
     void index_words(std::uint64_t offset, std::size_t n, std::uint32_t ri) {
-        if (index_.empty() || words_ * 2 > index_.size()) {
+        if (index_.empty() || size() * 2 > index_.size()) {
             rebuild_index();
             return;
         }
@@ -298,7 +299,7 @@ private:
         index_[i] = ri + 1;
     }
     void rebuild_index() {
-        index_.assign(std::max<std::size_t>(64, std::bit_ceil(words_ * 2)), 0);
+        index_.assign(std::max<std::size_t>(64, std::bit_ceil(size() * 2)), 0);
         for (std::size_t ri = 0; ri < runs_.size(); ++ri)
             for (std::uint32_t k = 0; k < runs_[ri].words; ++k)
                 insert_word(runs_[ri].offset + 8 * std::uint64_t{k},
@@ -306,11 +307,10 @@ private:
     }
 
     append_vector<run> runs_;
-    append_vector<std::uint64_t> values_;
-    std::size_t words_ = 0;
-    std::vector<std::uint32_t> index_; ///< 0 = empty, else run index + 1; size a power of 2
-    std::uint64_t filter_ = 0;         ///< one bit per hash bucket of the words written
-    std::uint64_t top_ = 0;            ///< the largest word offset in the set (if not empty)
+    append_vector<std::uint64_t> values_; ///< one per word of the set
+    std::vector<std::uint32_t> index_;    ///< 0 = empty, else run index + 1; size a power of 2
+    std::uint64_t filter_ = 0;            ///< one bit per hash bucket of the words written
+    std::uint64_t top_ = 0;               ///< the largest word offset in the set (if not empty)
     /// Every run was added above all earlier ones: the runs are in ascending order and a large
     /// set is binary-searched instead of indexed.
     bool sorted_ = true;
