@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -192,6 +194,102 @@ TEST_CASE("atomic returns the lambda's result; both lambda forms") {
     tlptm::atomic(pool, [&](tlptm::tx& tx) { tx.memcpy(&r->raw[10], &r->raw[3], 16); });
     CHECK(r->raw[10] == 99);
     CHECK(r->raw[11] == 123);
+}
+
+namespace {
+/// A result the ABI returns through memory: tlptm::atomic builds it in place and commits after
+/// (detail::invoke_and_commit), the commit running from a destructor.
+struct big_result {
+    std::uint64_t seen;
+    std::uint64_t copy[7];
+};
+static_assert(tlptm::detail::returned_in_memory<big_result>);
+static_assert(tlptm::detail::returned_in_memory<std::optional<std::array<std::uint64_t, 32>>>);
+static_assert(!tlptm::detail::returned_in_memory<std::optional<std::uint64_t>>);
+} // namespace
+
+TEST_CASE("a result returned through memory: built before the commit, dropped when the commit "
+          "throws") {
+    tlptm_test::temp_path path("bigret");
+    auto pool = tlptm::pool::create(path, tlptm_test::small_options());
+    auto* r = pool.root<api_root>();
+    auto fill = [&](std::uint64_t v) {
+        big_result b{};
+        b.seen = v;
+        for (auto& c : b.copy)
+            c = v * 3;
+        return b;
+    };
+    SUBCASE("the value, and the stores, of the committed attempt") {
+        big_result b = tlptm::atomic(pool, [&] {
+            r->u64 = 7;
+            return fill(r->u64.get());
+        });
+        CHECK(b.seen == 7);
+        CHECK(b.copy[6] == 21);
+        CHECK(r->u64.get() == 7);
+    }
+    SUBCASE("conflicts at commit retry the whole function; each caller gets its own attempt's "
+            "value") {
+        // Two threads add to one counter; validation fails at commit now and then (the
+        // commit's tx_retry leaves the destructor), and the retried attempt builds the result
+        // again. Every value is seen once, and the counter holds the sum.
+        constexpr int per_thread = 2000;
+        std::array<std::vector<std::uint64_t>, 2> seen;
+        std::array<std::thread, 2> ts;
+        for (int k = 0; k < 2; ++k)
+            ts[k] = std::thread([&, k] {
+                for (int i = 0; i < per_thread; ++i) {
+                    big_result b = tlptm::atomic(pool, [&] {
+                        std::uint64_t v = r->u64.get() + 1;
+                        r->u64 = v;
+                        return fill(v);
+                    });
+                    CHECK(b.copy[0] == 3 * b.seen);
+                    seen[k].push_back(b.seen);
+                }
+            });
+        for (auto& t : ts)
+            t.join();
+        CHECK(r->u64.get() == 2 * per_thread);
+        std::vector<std::uint64_t> all(seen[0]);
+        all.insert(all.end(), seen[1].begin(), seen[1].end());
+        std::sort(all.begin(), all.end());
+        for (std::size_t i = 0; i < all.size(); ++i)
+            REQUIRE(all[i] == i + 1);
+        MESSAGE("attempts aborted (retried): " << pool.stats().tx_aborted);
+    }
+    SUBCASE("an exception that left a nested atomic is thrown by the commit: nothing stays") {
+        tlptm::atomic(pool, [&] { r->u64 = 1; });
+        CHECK_THROWS_AS(tlptm::atomic(pool,
+                                      [&] {
+                                          r->u64 = 2;
+                                          try {
+                                              tlptm::atomic(
+                                                  pool, [&] { throw std::runtime_error("inner"); });
+                                          } catch (const std::runtime_error&) {
+                                              // swallowed here; the commit rethrows it
+                                          }
+                                          return fill(2);
+                                      }),
+                        std::runtime_error);
+        CHECK(r->u64.get() == 1);
+        big_result b = tlptm::atomic(pool, [&] { return fill(r->u64.get()); });
+        CHECK(b.seen == 1);
+    }
+    SUBCASE("the function's own exception: no commit, and it propagates") {
+        auto before = pool.stats();
+        CHECK_THROWS_AS(tlptm::atomic(pool,
+                                      [&]() -> big_result {
+                                          r->u64 = 9;
+                                          throw std::runtime_error("boom");
+                                      }),
+                        std::runtime_error);
+        auto d = pool.stats() - before;
+        CHECK(d.tx_committed == 0);
+        CHECK(d.log_bytes == 0);
+        CHECK(r->u64.get() == 0);
+    }
 }
 
 TEST_CASE("an exception aborts: nothing of the transaction stays, and it propagates") {

@@ -1073,6 +1073,33 @@ using atomic_result_t =
     typename std::conditional_t<std::is_invocable_v<F&, tx&>, std::invoke_result<F&, tx&>,
                                 std::invoke_result<F&>>::type;
 
+/// A result that the x86-64 ABI returns through memory (larger than two registers), and whose
+/// destruction does nothing. Returned from a local after the commit, its bytes were copied
+/// into the caller's object behind the commit's fence (a `rep movsq` there: a 256-byte value
+/// in an optional), and the caller's first look at it waited for the whole persist, since a
+/// load cannot take its bytes from such stores while they wait in the store buffer (workload
+/// c with 256-byte values: most of the driver loop's samples on that load).
+template <class R>
+inline constexpr bool returned_in_memory =
+    sizeof(R) > 16 && std::is_trivially_copyable_v<R>&& std::is_trivially_destructible_v<R>;
+
+/// Runs the transaction's function and commits: the result is built directly in the caller's
+/// object (a prvalue returned on), and the commit runs after it, from a destructor, so that
+/// its stores come before the fence. When the function throws, nothing is committed; when the
+/// commit throws (a conflict, an error), the result is dropped, which a trivially
+/// destructible R allows (returned_in_memory), and the caller retries or propagates.
+template <class F> atomic_result_t<F> invoke_and_commit(F& f, tx& t, thread_slot& s) {
+    struct commit_after_result {
+        thread_slot& s;
+        const int unwinding = std::uncaught_exceptions();
+        ~commit_after_result() noexcept(false) {
+            if (std::uncaught_exceptions() == unwinding) // f returned: its result is in place
+                commit(s);
+        }
+    } committer{s};
+    return invoke_tx(f, t);
+}
+
 } // namespace detail
 
 /// Consecutive aborts after which a transaction runs alone (serial mode): it cannot conflict,
@@ -1164,6 +1191,8 @@ template <class F> detail::atomic_result_t<F> atomic(pool& p, F&& f) {
                     detail::invoke_tx(f, t);
                     detail::commit(s);
                     return;
+                } else if constexpr (detail::returned_in_memory<R>) {
+                    return detail::invoke_and_commit(f, t, s); // built in place, then committed
                 } else {
                     R r = detail::invoke_tx(f, t);
                     detail::store_before_commit(r);

@@ -175,7 +175,8 @@ struct alloc_tx_state {
             allocated.clear();
         if (!aalo.empty()) {
             aalo.clear();
-            aalo_sorted_ = 0;
+            if (aalo_sorted_ != 0)
+                aalo_sorted_ = 0;
         }
         if (!frees.empty())
             frees.clear();
