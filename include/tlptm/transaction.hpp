@@ -1081,7 +1081,8 @@ using atomic_result_t =
 /// c with 256-byte values: most of the driver loop's samples on that load).
 template <class R>
 inline constexpr bool returned_in_memory =
-    sizeof(R) > 16 && std::is_trivially_copyable_v<R>&& std::is_trivially_destructible_v<R>;
+    std::conjunction_v<std::bool_constant<(sizeof(R) > 16)>, std::is_trivially_copyable<R>,
+                       std::is_trivially_destructible<R>>;
 
 /// Runs the transaction's function and commits: the result is built directly in the caller's
 /// object (a prvalue returned on), and the commit runs after it, from a destructor, so that
