@@ -183,11 +183,11 @@ public:
     /// Sorts the runs by offset (commit time: the log and the write-back walk them in order).
     /// The index is dropped; the set must be cleared before it is used again.
     void sort_for_commit() {
-        if (!sorted_)
+        if (!sorted_) {
             std::sort(runs_.begin(), runs_.end(),
                       [](const run& a, const run& b) { return a.offset < b.offset; });
-        if (!sorted_)
             sorted_ = true;
+        }
         if (!index_.empty())
             index_.clear();
         filter_ = full; // keep find() correct (it searches) if someone still looks
