@@ -69,7 +69,8 @@ constexpr bool have_hooks = true;
 constexpr bool have_hooks = false;
 #endif
 
-/// The switches --compare mutation accepts; each removes one persistence step (not durable).
+/// The switches --compare mutation accepts; each removes one persistence step, or all of them
+/// (no_persistence: what is left is the transaction machinery); none is durable.
 struct switch_name {
     const char* name;
     tlptm::detail::mutation m;
@@ -78,6 +79,7 @@ constexpr switch_name attribution_switches[] = {
     {"none", tlptm::detail::mutation::none},
     {"no_commit_fence", tlptm::detail::mutation::no_commit_fence},
     {"no_write_back_flush", tlptm::detail::mutation::no_write_back_flush},
+    {"no_persistence", tlptm::detail::mutation::no_persistence},
 };
 
 tlptm::detail::mutation switch_of(const std::string& v) {
@@ -85,8 +87,9 @@ tlptm::detail::mutation switch_of(const std::string& v) {
         if (v == w.name)
             return w.m;
     throw usage_error("--compare mutation: the values are none, no_commit_fence (commits skip "
-                      "F1) and no_write_back_flush (eager commits skip the previous write-back's "
-                      "flushes), got '" +
+                      "F1), no_write_back_flush (eager commits skip the previous write-back's "
+                      "flushes) and no_persistence (commits write no entry and flush nothing), "
+                      "got '" +
                       v + "'");
 }
 
@@ -128,9 +131,11 @@ void print_usage(std::FILE* out) {
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
-        "                        mutation=none|no_commit_fence|no_write_back_flush\n"
-        "                          (paired_bench_hooks only: B drops one persistence step and\n"
-        "                          is not durable; both sides pay the test hooks' checks)\n"
+        "                        mutation=none|no_commit_fence|no_write_back_flush|\n"
+        "                                 no_persistence\n"
+        "                          (paired_bench_hooks only: B drops one persistence step, or\n"
+        "                          all of them, and is not durable; both sides pay the test\n"
+        "                          hooks' checks)\n"
         "                        (the same value twice is an A/A run: it should show nothing)\n"
         "  --workload a|b|c      a: 100%% inserts of new keys, b: 50%% inserts / 50%% updates,\n"
         "                        c: 100%% updates of existing keys (default c)\n"

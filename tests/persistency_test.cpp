@@ -444,8 +444,9 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("attribution switches: a commit without F1, and one that leaves the previous "
-          "write-back unflushed, are caught; so is a prompt write-back that does not flush") {
+TEST_CASE("attribution switches: a commit without F1, one that leaves the previous write-back "
+          "unflushed, and one that persists nothing, are caught; so is a prompt write-back that "
+          "does not flush") {
     // paired_bench_hooks switches these on to measure what a step costs; each gives up
     // durability, so the sweep must notice either.
     namespace d = tlptm::detail;
@@ -459,6 +460,7 @@ TEST_CASE("attribution switches: a commit without F1, and one that leaves the pr
          sc::multi_word(tlptm::log_mode::tlptm, 3)},
         {d::mutation::no_write_back_flush, "no_write_back_flush",
          sc::single_word(tlptm::log_mode::tlptm, 3)},
+        {d::mutation::no_persistence, "no_persistence", sc::single_word(tlptm::log_mode::tlptm, 3)},
         {d::mutation::prompt_lines_unflushed, "prompt_lines_unflushed", prompt_single_word()},
     };
     for (const candidate& c : cases) {

@@ -780,7 +780,8 @@ inline void commit(thread_slot& s) {
     // pending. A failure poisons the pool.
     if (s.covered.empty() && !s.alloc.allocated.empty() && !mutated(mutation::aalo_not_covered))
         st.guarded([&] {
-            flush_allocated(s);
+            if (!mutated(mutation::no_persistence))
+                flush_allocated(s);
             st.persist.fence(s.pctx); // F0
         });
 
@@ -840,7 +841,8 @@ inline void commit(thread_slot& s) {
         // persist: docs/design.md, "Writing the log entry"), or with stores and CLWB.
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
         std::span<const std::uint8_t> words = s.entry.widen_to_words(s.head, s.tail_word);
-        st.persist.stream(s.pctx, s.ring.data() + s.head / 8 * 8, words.data(), words.size());
+        if (!mutated(mutation::no_persistence))
+            st.persist.stream(s.pctx, s.ring.data() + s.head / 8 * 8, words.data(), words.size());
         std::memcpy(&s.tail_word, words.data() + words.size() - 8, 8);
         s.head += entry.size();
         s.last_ts = ts;
@@ -873,14 +875,16 @@ inline void commit(thread_slot& s) {
         // this commit flushes its own right after writing them back, unless it writes one of
         // the previous commit's lines (hot lines: then as eager).
         bool carried = false, rewritten = false, pending_cleared = false;
-        if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush)) {
+        if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush) &&
+            !mutated(mutation::no_persistence)) {
             if (prompt && s.lines_flushed)
                 rewritten = rewrites_previous_lines(s);
             else
                 rewritten = carried = flush_previous_lines(s);
         }
         const bool flush_after_write_back = prompt && !rewritten;
-        if (!s.covered.empty() || mutated(mutation::aalo_not_covered))
+        if ((!s.covered.empty() || mutated(mutation::aalo_not_covered)) &&
+            !mutated(mutation::no_persistence))
             flush_allocated(s);
 
         // Bookkeeping before F1 too. A store issued after the SFENCE cannot leave the store
@@ -937,7 +941,8 @@ inline void commit(thread_slot& s) {
         // image may hold any subset of them), then unlock.
         write_back_words(s);
         // Prompt: the lines just written go out now; the next fence completes them.
-        if (flush_after_write_back && !mutated(mutation::prompt_lines_unflushed))
+        if (flush_after_write_back && !mutated(mutation::prompt_lines_unflushed) &&
+            !mutated(mutation::no_persistence))
             st.persist.flush_lines(s.pctx, st.base, s.dirty_lines.data(), s.dirty_lines.size());
         if (prompt) // eager and lazy never read it: no store after F1 for them
             s.lines_flushed = flush_after_write_back;

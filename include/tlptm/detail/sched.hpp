@@ -52,10 +52,12 @@ enum class mutation : std::uint8_t {
     carried_as_flushed, ///< eager: a line left to the next write-back counts as durable (I2)
     own_version_only,   ///< a read above the snapshot at the slot's last ts counts as its own
                         ///< without the orec being one that the slot's last commit released
-    // Attribution switches (paired_bench_hooks): each removes one persistence step, so that
-    // its cost can be measured; the crash tests catch both.
+    // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
+    // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
     no_write_back_flush,    ///< eager: a commit does not flush the previous write-back's lines
+    no_persistence,         ///< a commit neither writes its entry nor flushes anything (its
+                            ///< fences stay, with nothing pending): the transaction machinery
     prompt_lines_unflushed, ///< prompt: a commit counts its lines as flushed after its
                             ///< write-back without flushing them
 };
