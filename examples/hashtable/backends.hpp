@@ -1,5 +1,6 @@
 // The transactional-memory backends the workload driver runs on: tlptm (every log mode) and,
-// when libpmemobj was found at build time, PMDK's libpmemobj transactions.
+// when libpmemobj was found at build time, PMDK's libpmemobj transactions. A third backend with
+// the same interface, the table without TM or persistence, is in volatile_hashtable.hpp.
 //
 // A backend owns one pool file for one run: its constructor creates the pool and an empty
 // table, its destructor closes the pool and removes the file. Each operation is one

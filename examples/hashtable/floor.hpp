@@ -3,10 +3,8 @@
 // what one dependent cache miss costs there, the other floor of a chained-table walk.
 #pragma once
 
-#include <fcntl.h>
 #include <libpmem.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +13,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "scratch.hpp"
 
 namespace workloads {
 
@@ -28,20 +28,6 @@ struct persistence_floor {
     double dependent_miss_ns = 0;
     bool measured() const noexcept { return nt64_sfence_ns > 0; }
 };
-
-/// Maps a new scratch file of `size` bytes at `path` (unlinked at once, so it goes with the
-/// mapping); nullptr if it cannot be made.
-inline void* map_scratch(const std::string& path, std::size_t size) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return nullptr;
-    ::unlink(path.c_str());
-    void* m = MAP_FAILED;
-    if (::ftruncate(fd, static_cast<off_t>(size)) == 0)
-        m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    return m == MAP_FAILED ? nullptr : m;
-}
 
 /// Links `n` slots `stride` words apart into one cycle in a random order (Sattolo's shuffle):
 /// the first word of slot k holds the index of the slot after it.

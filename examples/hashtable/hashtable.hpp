@@ -25,6 +25,22 @@ namespace tlptm_ht {
 /// so concurrent inserts into different buckets never conflict on the count.
 inline constexpr std::size_t size_stripes = 64;
 
+/// The bucket count of a table asked for `requested` buckets: a power of two, at least 16.
+constexpr std::uint64_t rounded_bucket_count(std::uint64_t requested) noexcept {
+    return std::bit_ceil(requested < 16 ? std::uint64_t{16} : requested);
+}
+
+/// What bucket_index shifts by in a table of `bucket_count` buckets (a power of two).
+constexpr int bucket_shift(std::uint64_t bucket_count) noexcept {
+    return 64 - std::countr_zero(bucket_count);
+}
+
+/// The bucket of `key`, Fibonacci hashing: the top bits of key * 2^64 / phi (`shift` from
+/// bucket_shift).
+constexpr std::uint64_t bucket_index(std::uint64_t key, int shift) noexcept {
+    return (key * 0x9E3779B97F4A7C15ull) >> shift;
+}
+
 /// A chain node: key, next, and the value inline (a V of any trivially copyable type).
 template <class V> struct node {
     tlptm::p<std::uint64_t> key;
@@ -73,7 +89,7 @@ public:
     static hashtable create(tlptm::pool& pool, std::uint64_t bucket_count) {
         if (bucket_count > (std::uint64_t{1} << 40))
             throw std::invalid_argument("tlptm_ht: at most 2^40 buckets");
-        const std::uint64_t n = std::bit_ceil(bucket_count < 16 ? 16 : bucket_count);
+        const std::uint64_t n = rounded_bucket_count(bucket_count);
         using bucket = tlptm::p<node_type*>;
         root_type* r = pool.root<root_type>();
         // The bucket array is allocated first; its count stays 0 (no table yet) until every
@@ -206,13 +222,9 @@ public:
 private:
     hashtable(tlptm::pool& pool, root_type* root)
         : pool_(&pool), root_(root), buckets_(root->buckets.get()),
-          mask_(root->bucket_count.get() - 1),
-          shift_(64 - std::countr_zero(root->bucket_count.get())) {}
+          mask_(root->bucket_count.get() - 1), shift_(bucket_shift(root->bucket_count.get())) {}
 
-    /// Fibonacci hashing: the top bits of key * 2^64 / phi.
-    std::uint64_t bucket_of(std::uint64_t key) const noexcept {
-        return (key * 0x9E3779B97F4A7C15ull) >> shift_;
-    }
+    std::uint64_t bucket_of(std::uint64_t key) const noexcept { return bucket_index(key, shift_); }
 
     /// The node of `key` or nullptr (inside a transaction).
     node_type* find(std::uint64_t key) const {

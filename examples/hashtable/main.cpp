@@ -1,11 +1,13 @@
 // tlptm-workloads: the paper's workloads a / b / c on a persistent chained hash table, over
-// tlptm's log modes (baseline, aalo, cblo, tlptm) at 0 and 500 ns emulated write latency, and
-// over PMDK's libpmemobj transactions as a peer. See docs/workloads.md.
+// tlptm's log modes (baseline, aalo, cblo, tlptm) at 0 and 500 ns emulated write latency, over
+// PMDK's libpmemobj transactions as a peer, and in plain volatile memory (the walk floor: the
+// same table without TM or persistence). See docs/workloads.md.
 //
 //   tlptm-workloads [--workload a|b|c|all] [--mode baseline|aalo|cblo|tlptm|all]
 //                   [--ops N] [--preload N] [--value-size BYTES] [--values small|random]
 //                   [--threads N[,N...]] [--reps R] [--write-ns N[,N...]]
-//                   [--backend tlptm|pmdk|both] [--pool PATH] [--csv FILE] [--json FILE]
+//                   [--backend tlptm|pmdk|volatile|both|all[,...]] [--pool PATH]
+//                   [--csv FILE] [--json FILE]
 //                   [--seed N] [--quiet]
 #include <signal.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include "pool_cleanup.hpp"
 #include "results.hpp"
 #include "value.hpp"
+#include "volatile_hashtable.hpp"
 
 namespace {
 
@@ -67,6 +70,7 @@ struct options {
     unsigned reps = 1;                ///< runs of every configuration, round-robin
     bool run_tlptm = true;
     bool run_pmdk = have_pmdk;
+    bool run_volatile = true;
     std::string pool; ///< empty: a file in /dev/shm or $TMPDIR
     std::string csv, json;
     std::uint64_t seed = 1;
@@ -79,11 +83,16 @@ struct options {
     bool has_one_thread() const {
         return std::find(threads.begin(), threads.end(), 1u) != threads.end();
     }
+    bool has_zero_ns() const {
+        return std::find(write_ns.begin(), write_ns.end(), 0u) != write_ns.end();
+    }
     /// "2" or "1,2": the thread counts as --threads took them.
-    std::string threads_list() const {
+    std::string threads_list() const { return list(threads); }
+    std::string write_ns_list() const { return list(write_ns); }
+    template <class T> static std::string list(const std::vector<T>& v) {
         std::string s;
-        for (unsigned t : threads)
-            s += (s.empty() ? "" : ",") + std::to_string(t);
+        for (T x : v)
+            s += (s.empty() ? "" : ",") + std::to_string(x);
         return s;
     }
 };
@@ -100,13 +109,17 @@ void print_usage(std::FILE* out) {
         "  --preload N              keys inserted before b and c, not measured (default %llu)\n"
         "  --value-size BYTES       8 (default), 16, 32, 64, 128, 256, 512 or 1024\n"
         "  --values small|random    per-key counters (default) or random 64-bit values\n"
-        "  --threads N[,N...]       worker threads, ops/N each (default 1; PMDK: 1 only);\n"
+        "  --threads N[,N...]       worker threads, ops/N each (default 1; PMDK and\n"
+        "                           volatile: 1 only);\n"
         "                           a list runs each count and prints its scaling over 1\n"
         "  --reps R                 runs of each configuration, interleaved round-robin;\n"
         "                           the tables show medians (default 1, at most %u)\n"
         "  --write-ns N[,N...]      emulated write latency per line (default 0,500;\n"
-        "                           PMDK runs at 0 ns only)\n"
-        "  --backend tlptm|pmdk|both  (default both)\n"
+        "                           PMDK and volatile run at 0 ns only)\n"
+        "  --backend B[,B...]       tlptm, pmdk (libpmemobj), volatile (the same table in\n"
+        "                           plain memory: no TM, no persistence; the walk floor),\n"
+        "                           both (= tlptm,pmdk) or all (default all; pmdk and\n"
+        "                           volatile run at 1 thread and 0 ns only)\n"
         "  --pool PATH              pool file, must not exist; removed after each run\n"
         "                           (default: /dev/shm or $TMPDIR)\n"
         "  --csv FILE, --json FILE  machine-readable results, one row per run and repetition\n"
@@ -217,11 +230,21 @@ options parse(int argc, char** argv) {
                 o.write_ns.push_back(static_cast<std::uint32_t>(ns));
             }
         } else if (arg == "--backend") {
-            const std::string& b = need();
-            if (b != "tlptm" && b != "pmdk" && b != "both")
-                throw usage_error("--backend must be tlptm, pmdk or both, got '" + b + "'");
-            o.run_tlptm = b != "pmdk";
-            o.run_pmdk = b != "tlptm";
+            o.run_tlptm = o.run_pmdk = o.run_volatile = false;
+            for (const std::string& b : split(need())) {
+                if (b == "tlptm" || b == "both" || b == "all")
+                    o.run_tlptm = true;
+                if (b == "pmdk" || b == "both")
+                    o.run_pmdk = true;
+                if (b == "all") // as the default: PMDK when this build has it
+                    o.run_pmdk = o.run_pmdk || have_pmdk;
+                if (b == "volatile" || b == "all")
+                    o.run_volatile = true;
+                if (b != "tlptm" && b != "pmdk" && b != "volatile" && b != "both" && b != "all")
+                    throw usage_error("--backend must be tlptm, pmdk, volatile, both, all or a "
+                                      "list such as tlptm,volatile, got '" +
+                                      b + "'");
+            }
         } else if (arg == "--pool") {
             o.pool = need();
         } else if (arg == "--csv") {
@@ -285,12 +308,14 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         return r;
     };
     // The configurations in the order of the tables: latency, workload, thread count, then the
-    // modes and PMDK (one thread, 0 ns). --reps runs the whole list round after round rather
-    // than each configuration R times in a row, so that the machine's slow drift (a
-    // neighbour's load, the clock) falls on every configuration alike, not on those run last.
+    // modes, PMDK and the volatile table (one thread, 0 ns). --reps runs the whole list round
+    // after round rather than each configuration R times in a row, so that the machine's slow
+    // drift (a neighbour's load, the clock) falls on every configuration alike, not on those run
+    // last.
+    enum class backend_kind { tlptm, pmdk, volatile_table };
     struct planned {
         run_config c;
-        bool pmdk = false;
+        backend_kind backend = backend_kind::tlptm;
         bool ends_table = false; ///< its table is complete after its last repetition
     };
     std::vector<planned> plan;
@@ -317,7 +342,9 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                     }
                 }
                 if (have_pmdk && o.run_pmdk && threads == 1 && ns == 0)
-                    plan.push_back({c, true});
+                    plan.push_back({c, backend_kind::pmdk});
+                if (o.run_volatile && threads == 1 && ns == 0)
+                    plan.push_back({c, backend_kind::volatile_table});
                 if (plan.size() > table_start)
                     plan.back().ends_table = true;
             }
@@ -326,12 +353,19 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
     for (unsigned rep = 0; rep < o.reps; ++rep) {
         for (planned& p : plan) {
             p.c.rep = rep;
-#if TLPTM_WORKLOADS_HAVE_PMDK
-            if (p.pmdk)
-                record(with_floor(run<pmdk_backend<N>>(p.c)));
-            else
-#endif
+            switch (p.backend) {
+            case backend_kind::tlptm:
                 record(with_floor(run<tlptm_backend<N>>(p.c)));
+                break;
+            case backend_kind::pmdk:
+#if TLPTM_WORKLOADS_HAVE_PMDK
+                record(with_floor(run<pmdk_backend<N>>(p.c)));
+#endif
+                break;
+            case backend_kind::volatile_table:
+                record(with_floor(run<volatile_backend<N>>(p.c)));
+                break;
+            }
             if (rep + 1 == o.reps && p.ends_table && !o.quiet) {
                 print_table(out, rows, p.c.wl, p.c.write_ns, p.c.threads);
                 std::fflush(out);
@@ -359,16 +393,20 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
     if (const auto& lw = tlptm_backend<N>::last_log_write; lw && !o.quiet)
         print_log_write(out, *lw);
     std::size_t failed = 0;
-    for (const run_result& r : rows)
+    bool ran_volatile = false;
+    for (const run_result& r : rows) {
         failed += r.ok() ? 0 : 1;
+        ran_volatile = ran_volatile || r.backend == "volatile";
+    }
     if (!o.quiet) {
         print_pmdk_comparison(out, rows);
         print_scaling(out, rows);
         std::fprintf(out,
                      "\nverified %zu of %zu runs: size = preload + inserts = nodes in the "
                      "chains, every key found with its latest value, 64 erases, the same after "
-                     "reopening the pool\n",
-                     rows.size() - failed, rows.size());
+                     "reopening the pool%s\n",
+                     rows.size() - failed, rows.size(),
+                     ran_volatile ? " (the volatile table has nothing to reopen)" : "");
     }
     int status = failed ? 1 : 0;
     if (!o.csv.empty() && !write_csv(o.csv, rows)) {
@@ -420,6 +458,17 @@ void print_header(const options& o, const std::string& pool_path) {
                     "cannot be injected into libpmemobj); no persistent-memory counters\n",
                     TLPTM_WORKLOADS_PMEMOBJ_VERSION);
 #endif
+    if (o.run_volatile && !o.has_one_thread())
+        std::printf("  volatile: skipped, it runs single-threaded only (--threads %s asked)\n",
+                    o.threads_list().c_str());
+    else if (o.run_volatile && !o.has_zero_ns())
+        std::printf("  volatile: skipped, it runs at 0 ns only (--write-ns %s asked)\n",
+                    o.write_ns_list().c_str());
+    else if (o.run_volatile)
+        std::printf("  volatile: the same table in plain memory (a scratch file at the pool path, "
+                    "the same keys; no TM, no persistence), at 0 ns%s only: what the table's walk "
+                    "costs by itself\n",
+                    o.single_threaded() ? "" : " and 1 thread");
     std::printf("  per transaction: log B = log bytes, PM B = persistent-memory bytes written "
                 "(streamed + 64 per flushed line); latency in ns;\n"
                 "  red = reduction against baseline (negative: more), gain = throughput change "
@@ -440,16 +489,23 @@ int main(int argc, char** argv) {
         print_usage(stderr);
         return 2;
     }
-    if (o.run_pmdk && !o.run_tlptm && !have_pmdk) {
+    if (o.run_pmdk && !o.run_tlptm && !o.run_volatile && !have_pmdk) {
         std::fprintf(stderr, "tlptm-workloads: --backend pmdk: this build has no PMDK backend "
                              "(libpmemobj was not found at build time)\n");
         return 2;
     }
+    // Without tlptm, only backends that run at one thread and 0 ns are left.
+    const char* only_peers = o.run_pmdk && o.run_volatile ? "the PMDK and volatile backends run"
+                             : o.run_pmdk                 ? "the PMDK backend runs"
+                                                          : "the volatile backend runs";
     if (!o.run_tlptm && !o.single_threaded()) {
-        std::fprintf(stderr,
-                     "tlptm-workloads: the PMDK backend runs single-threaded only "
-                     "(--threads %s asked)\n",
-                     o.threads_list().c_str());
+        std::fprintf(stderr, "tlptm-workloads: %s single-threaded only (--threads %s asked)\n",
+                     only_peers, o.threads_list().c_str());
+        return 2;
+    }
+    if (!o.run_tlptm && !o.has_zero_ns()) {
+        std::fprintf(stderr, "tlptm-workloads: %s at 0 ns only (--write-ns %s asked)\n", only_peers,
+                     o.write_ns_list().c_str());
         return 2;
     }
     std::string pool_path = o.pool.empty() ? default_pool_path() : o.pool;

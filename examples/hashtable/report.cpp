@@ -112,14 +112,15 @@ bool is_baseline_for(const run_result& b, const run_result& r) {
            b.write_ns == r.write_ns && b.threads == r.threads;
 }
 
-/// r is a tlptm run that has a PMDK peer: one thread, 0 ns.
-bool compared_with_pmdk(const run_result& r) {
+/// r is a tlptm run that has peers, PMDK and the volatile table: one thread, 0 ns.
+bool has_peers(const run_result& r) {
     return r.backend == "tlptm" && r.threads == 1 && r.write_ns == 0;
 }
 
-/// p is the PMDK run of r's workload and values (any repetition).
-bool is_pmdk_peer_of(const run_result& p, const run_result& r) {
-    return p.backend == "pmdk" && p.wl == r.wl && p.value_size == r.value_size &&
+/// p is the run of `backend` ("pmdk" or "volatile": one thread, 0 ns) of r's workload and
+/// values (any repetition).
+bool is_peer_of(const run_result& p, const char* backend, const run_result& r) {
+    return p.backend == backend && p.wl == r.wl && p.value_size == r.value_size &&
            p.values == r.values && p.threads == 1 && p.write_ns == 0;
 }
 
@@ -134,13 +135,14 @@ const run_result* baseline_of(const std::vector<run_result>& rows, const run_res
     return nullptr;
 }
 
-/// The PMDK run that `r` is compared with in the files (same workload and repetition, one
-/// thread, 0 ns), or nullptr.
-const run_result* pmdk_of(const std::vector<run_result>& rows, const run_result& r) {
-    if (!compared_with_pmdk(r))
+/// The run of `backend` ("pmdk" or "volatile") that `r` is compared with in the files (same
+/// workload and repetition, one thread, 0 ns), or nullptr.
+const run_result* peer_of(const std::vector<run_result>& rows, const char* backend,
+                          const run_result& r) {
+    if (!has_peers(r))
         return nullptr;
     for (const run_result& p : rows)
-        if (p.ok() && is_pmdk_peer_of(p, r) && p.rep == r.rep)
+        if (p.ok() && is_peer_of(p, backend, r) && p.rep == r.rep)
             return &p;
     return nullptr;
 }
@@ -158,10 +160,17 @@ double change(const figure& f, const run_result* base, const run_result& r) {
 }
 
 double pmdk_ratio(const std::vector<run_result>& rows, const run_result& r) {
-    const run_result* p = pmdk_of(rows, r);
+    const run_result* p = peer_of(rows, "pmdk", r);
     if (!p || !r.ok() || p->throughput() == 0)
         return nan;
     return r.throughput() / p->throughput();
+}
+
+/// The walk floor of `r` in the files: the mean latency of the volatile table in the same
+/// workload and repetition.
+double walk_floor(const std::vector<run_result>& rows, const run_result& r) {
+    const run_result* v = peer_of(rows, "volatile", r);
+    return v && r.ok() ? v->lat_mean_ns : nan;
 }
 
 /// The repetitions of one configuration (backend, mode, workload, write latency, threads) in
@@ -227,6 +236,22 @@ double median_throughput(const config_runs& g) {
     return median_over(g, [](const run_result& r) { return r.throughput(); });
 }
 
+double median_latency(const config_runs& g) {
+    return median_over(g, [](const run_result& r) { return r.lat_mean_ns; });
+}
+
+/// The configuration of `backend` ("pmdk" or "volatile") that `g` is compared with in the
+/// console (same workload, one thread, 0 ns), or nullptr.
+const config_runs* peer_of(const std::vector<config_runs>& groups, const char* backend,
+                           const config_runs& g) {
+    if (!has_peers(g.first()))
+        return nullptr;
+    for (const config_runs& p : groups)
+        if (p.ok() && is_peer_of(p.first(), backend, g.first()))
+            return &p;
+    return nullptr;
+}
+
 /// The tlptm baseline configuration that `g` is compared with in the table, or nullptr.
 const config_runs* baseline_of(const std::vector<config_runs>& groups, const config_runs& g) {
     const run_result& r = g.first();
@@ -245,15 +270,41 @@ double change(const figure& f, const config_runs* base, const config_runs& g) {
 /// Median throughput of `g` over the median of its PMDK peer (same workload, one thread,
 /// 0 ns): the ratio of the medians.
 double pmdk_ratio(const std::vector<config_runs>& groups, const config_runs& g) {
-    if (!compared_with_pmdk(g.first()) || !g.ok())
+    const config_runs* p = peer_of(groups, "pmdk", g);
+    if (!p || !g.ok())
         return nan;
-    for (const config_runs& p : groups) {
-        if (p.ok() && is_pmdk_peer_of(p.first(), g.first())) {
-            double t = median_throughput(p);
-            return t > 0 ? median_throughput(g) / t : nan;
-        }
+    const double t = median_throughput(*p);
+    return t > 0 ? median_throughput(g) / t : nan;
+}
+
+/// What tlptm adds to the latency of the volatile table `walk` in a table's rows `sel`: the
+/// median mean latency of each tlptm row less the volatile row's, in ns and in NT floors.
+/// "; tlptm adds 101 ns = 0.97 x the NT floor" for one log mode, "; tlptm adds: baseline 300 ns
+/// = 2.88 x, ..., tlptm 101 ns = 0.97 x the NT floor" for several; "" without tlptm rows.
+std::string added_to_walk(const std::vector<const config_runs*>& sel, const config_runs& walk,
+                          double nt_floor_ns) {
+    std::vector<const config_runs*> modes;
+    for (const config_runs* g : sel)
+        if (g->first().backend == "tlptm" && g->ok())
+            modes.push_back(g);
+    const double walk_ns = median_latency(walk);
+    std::string s;
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+        const double added = median_latency(*modes[i]) - walk_ns;
+        char buf[64];
+        if (nt_floor_ns > 0)
+            std::snprintf(buf, sizeof buf, "%.0f ns = %.2f x", added, added / nt_floor_ns);
+        else
+            std::snprintf(buf, sizeof buf, "%.0f ns", added);
+        const std::string& m = modes[i]->first().mode;
+        if (modes.size() > 1)
+            s += (i == 0 ? "; tlptm adds: " : ", ") + m + " " + buf;
+        else
+            s = (m == "tlptm" ? "; tlptm adds " : "; tlptm (mode " + m + ") adds ") + buf;
     }
-    return nan;
+    if (!s.empty() && nt_floor_ns > 0)
+        s += " the NT floor";
+    return s;
 }
 
 std::string format(double v, int decimals) {
@@ -365,7 +416,11 @@ std::vector<field> fields_of(const std::vector<run_result>& rows, const run_resu
     f.push_back({"throughput_vs_pmdk", plain(pmdk_ratio(rows, r), 4), false});
     f.push_back({"verified", r.verified ? "true" : "false", false});
     f.push_back({"error", r.error, true});
-    f.push_back({"rep", std::to_string(r.rep), false}); // last: the older columns keep their place
+    f.push_back({"rep", std::to_string(r.rep), false});
+    // Newer columns after rep, so that the older ones keep their place.
+    const double walk = walk_floor(rows, r);
+    f.push_back({"walk_floor_ns", plain(walk, 1), false});
+    f.push_back({"added_over_walk_floor_ns", plain(r.lat_mean_ns - walk, 1), false});
     return f;
 }
 
@@ -459,11 +514,20 @@ void print_table(std::FILE* out, const std::vector<run_result>& rows, workload w
         std::fprintf(out,
                      "  mean latency / persistence floor (64 B NT store + SFENCE, %.0f ns): %s\n",
                      first.floor_nt_ns, floors.c_str());
-    if (!floors.empty() && first.floor_miss_ns > 0)
+    const config_runs* walk = nullptr;
+    for (const config_runs* g : sel)
+        if (g->first().backend == "volatile" && g->ok())
+            walk = g;
+    if ((!floors.empty() || walk) && first.floor_miss_ns > 0)
         std::fprintf(out,
                      "  one dependent cache miss on this machine: %.0f ns (a table walk pays about "
                      "one per link, the persist floor does not include it)\n",
                      first.floor_miss_ns);
+    if (walk)
+        std::fprintf(out,
+                     "  the same table in volatile memory (no TM, no persistence, same keys): "
+                     "%.0f ns%s\n",
+                     median_latency(*walk), added_to_walk(sel, *walk, first.floor_nt_ns).c_str());
 }
 
 void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) {
@@ -471,33 +535,37 @@ void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) 
     std::vector<const config_runs*> pmdk;
     std::vector<std::string> modes;
     std::size_t reps = 0;
+    bool walk = false; // the volatile table ran: its column too
     for (const config_runs& g : groups) {
         const run_result& r = g.first();
         if (r.backend == "pmdk" && g.ok()) {
             pmdk.push_back(&g);
             reps = std::max(reps, g.reps.size());
         }
-        if (compared_with_pmdk(r) && std::find(modes.begin(), modes.end(), r.mode) == modes.end())
+        walk = walk || (r.backend == "volatile" && g.ok());
+        if (has_peers(r) && std::find(modes.begin(), modes.end(), r.mode) == modes.end())
             modes.push_back(r.mode);
     }
     if (pmdk.empty() || modes.empty())
         return;
+    std::string medians;
     if (reps > 1)
-        std::fprintf(out,
-                     "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns, medians of %zu repetitions): "
-                     "throughput tlptm / PMDK\n",
-                     reps);
-    else
-        std::fprintf(out, "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns): throughput tlptm / PMDK\n");
+        medians = ", medians of " + std::to_string(reps) + " repetitions";
+    std::fprintf(out, "\ntlptm vs PMDK libpmemobj (1 thread, 0 ns%s): throughput tlptm / PMDK%s\n",
+                 medians.c_str(),
+                 walk ? "; volatile ns: mean latency of the same table in volatile memory (no TM, "
+                        "no persistence)"
+                      : "");
     std::fprintf(out, "  %-8s %10s %12s", "workload", "PMDK tx/s", "PMDK mean ns");
     for (const std::string& m : modes)
         std::fprintf(out, " %9s", m.c_str());
+    if (walk)
+        std::fprintf(out, " %11s", "volatile ns");
     std::fprintf(out, "\n");
     for (const config_runs* p : pmdk) {
-        std::fprintf(
-            out, "  %-8s %10s %12s", to_string(p->first().wl),
-            format(median_throughput(*p), -1).c_str(),
-            format(median_over(*p, [](const run_result& r) { return r.lat_mean_ns; }), 0).c_str());
+        std::fprintf(out, "  %-8s %10s %12s", to_string(p->first().wl),
+                     format(median_throughput(*p), -1).c_str(),
+                     format(median_latency(*p), 0).c_str());
         for (const std::string& m : modes) {
             double q = nan;
             for (const config_runs& g : groups) {
@@ -509,6 +577,13 @@ void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows) 
             char buf[32];
             std::snprintf(buf, sizeof buf, "%.2fx", q);
             std::fprintf(out, " %9s", std::isnan(q) ? "-" : buf);
+        }
+        if (walk) {
+            double v = nan;
+            for (const config_runs& g : groups)
+                if (g.ok() && is_peer_of(g.first(), "volatile", p->first()))
+                    v = median_latency(g);
+            std::fprintf(out, " %11s", format(v, 0).c_str());
         }
         std::fprintf(out, "\n");
     }

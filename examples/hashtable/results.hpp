@@ -44,9 +44,9 @@ inline const char* describe(workload w) noexcept {
 /// The outcome of one run: one repetition of one (backend, workload, mode, write latency,
 /// threads).
 struct run_result {
-    std::string backend; ///< "tlptm" or "pmdk"
+    std::string backend; ///< "tlptm", "pmdk" or "volatile"
     workload wl = workload::a;
-    std::string mode; ///< tlptm's log mode, or "pmdk"
+    std::string mode; ///< tlptm's log mode, or "pmdk" / "volatile"
     std::uint32_t write_ns = 0;
     unsigned threads = 1;
     std::uint64_t ops = 0;
@@ -86,15 +86,17 @@ struct run_result {
 std::string progress_label(const run_result& r, unsigned reps = 1);
 
 /// Prints the table of one workload at one write latency and thread count: one row per log
-/// mode (and PMDK's, if it ran), each figure per transaction with its reduction against
-/// `baseline`. A row is the median of each figure over the repetitions of its configuration
-/// in `rows` (a note under the table gives their count and the spread of tx/s); a row with a
-/// failed repetition is FAILED.
+/// mode (and PMDK's and the volatile table's, if they ran), each figure per transaction with
+/// its reduction against `baseline`. A row is the median of each figure over the repetitions
+/// of its configuration in `rows` (a note under the table gives their count and the spread of
+/// tx/s); a row with a failed repetition is FAILED. Below it, the ratios to PMDK, the latency
+/// over the persistence floor, and what each mode adds to the volatile table's latency.
 void print_table(std::FILE* out, const std::vector<run_result>& rows, workload wl,
                  std::uint32_t write_ns, unsigned threads);
 
 /// Prints tlptm's throughput over PMDK's per workload and log mode (single thread, 0 ns), from
-/// the medians over repetitions. Prints nothing if PMDK did not run.
+/// the medians over repetitions, and the volatile table's mean latency if it ran. Prints
+/// nothing if PMDK did not run.
 void print_pmdk_comparison(std::FILE* out, const std::vector<run_result>& rows);
 
 /// Prints, per workload, log mode and write latency run at one thread and at more, the median
