@@ -5,7 +5,6 @@
 //               [--max-threads P] [--reps R] [--duration SECONDS] [--keys N] [--range N]
 //               [--accounts N] [--hot N] [--conflict LIST] [--cores N] [--fit-all] [--pin]
 //               [--pool-dir DIR] [--csv FILE] [--json FILE] [--seed N] [--verbose] [--quiet]
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -220,11 +219,9 @@ options parse(int argc, char** argv) {
 
 /// The CPUs this process may run on (its affinity mask: taskset and cgroups count).
 unsigned available_cores() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return static_cast<unsigned>(CPU_COUNT(&set));
-    return std::max(1u, std::thread::hardware_concurrency());
+    const std::vector<int> cpus = workloads::allowed_cpus();
+    return cpus.empty() ? std::max(1u, std::thread::hardware_concurrency())
+                        : static_cast<unsigned>(cpus.size());
 }
 
 /// 1 .. P when P <= 16; otherwise about 16 counts spread geometrically (each about 1.25-1.5x

@@ -16,9 +16,6 @@
 // and no balance went negative.
 #pragma once
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -33,6 +30,7 @@
 
 #include <tlptm/tlptm.hpp>
 
+#include "../../examples/hashtable/affinity.hpp"
 #include "../../examples/hashtable/value.hpp"
 #include "backends.hpp"
 
@@ -147,23 +145,6 @@ constexpr key_type key_of(std::uint64_t id) noexcept {
 /// stop. Returns the operations done and the elapsed time; an exception of a worker is
 /// rethrown. W provides `state`, make_state(t), step(state&) -> bool (false: cannot go on) and
 /// prepare_thread() (each worker's one-time set-up, before the start signal: not timed).
-/// Pins the calling thread to the n-th CPU (modulo their number) of `allowed`.
-inline void pin_to(const cpu_set_t& allowed, unsigned n) {
-    const int count = CPU_COUNT(&allowed);
-    if (count <= 0)
-        return;
-    int skip = static_cast<int>(n % static_cast<unsigned>(count));
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (!CPU_ISSET(cpu, &allowed) || skip-- > 0)
-            continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one);
-        return;
-    }
-}
-
 template <class W>
 run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned threads,
                       double seconds, bool pin) {
@@ -178,10 +159,7 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
     states.clear();
     for (unsigned t = 0; t < threads; ++t)
         states.push_back(w.make_state(t));
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (pin && ::sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        pin = false;
+    const std::vector<int> allowed = pin ? workloads::allowed_cpus() : std::vector<int>{};
     std::atomic<unsigned> ready{0};
     std::atomic<bool> go{false}, stop{false};
     std::vector<std::thread> workers;
@@ -191,7 +169,7 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
             worker_result& r = results[t];
             typename W::state& s = states[t];
             if (pin)
-                pin_to(allowed, t);
+                workloads::pin_thread(allowed, t);
             bool prepared = true;
             try {
                 w.prepare_thread();

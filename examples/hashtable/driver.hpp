@@ -16,6 +16,7 @@
 #include <ctime>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 
 #include <tlptm/tlptm.hpp>
 
+#include "affinity.hpp"
 #include "backends.hpp"
 #include "progress.hpp"
 #include "results.hpp"
@@ -47,6 +49,9 @@ struct run_config {
     unsigned reps = 1; ///< how many it has: the progress label names the repetition if > 1
     std::string pool_path;
     bool progress = false; ///< show a progress indicator on stderr on long runs
+    /// Worker t runs on cpus[t % cpus.size()] (affinity.hpp); empty: where the scheduler puts
+    /// it. The caller pins itself (preload and checks) to cpus[0], beside worker 0.
+    std::vector<int> cpus;
 };
 
 namespace detail {
@@ -226,6 +231,7 @@ template <class Backend> run_result run(const run_config& cfg) {
     res.value_size = N;
     res.values = cfg.values;
     res.rep = cfg.rep;
+    res.pinned = !cfg.cpus.empty();
     res.has_stats = Backend::has_stats;
     const std::uint64_t preload = cfg.wl == workload::a ? 0 : cfg.preload;
     res.preload = preload;
@@ -290,11 +296,18 @@ template <class Backend> run_result run(const run_config& cfg) {
             // `v` is made for every operation that reads it (the volatile backend's update,
             // inlined, is otherwise a -Wmaybe-uninitialized false positive).
             const value_kind values = cfg.values;
+            // On its CPU before anything else: worker 0 beside the thread that loaded the table.
+            if (!cfg.cpus.empty() && !pin_thread(cfg.cpus, t)) {
+                log.error = std::make_exception_ptr(std::runtime_error(
+                    "cannot pin worker " + std::to_string(t) + " to CPU " +
+                    std::to_string(cfg.cpus[t % cfg.cpus.size()]) + " (run with --no-pin)"));
+            }
             // The thread's one-time set-up (tlptm: its slot and the first touch of every page
             // of its log ring) before the clock starts, as a long-running program pays it once.
-            bool prepared = true;
+            bool prepared = !log.error;
             try {
-                be.prepare_thread();
+                if (prepared)
+                    be.prepare_thread();
             } catch (...) {
                 log.error = std::current_exception();
                 prepared = false;

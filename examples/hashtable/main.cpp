@@ -8,7 +8,7 @@
 //                   [--threads N[,N...]] [--reps R] [--write-ns N[,N...]]
 //                   [--backend tlptm|pmdk|volatile|both|all[,...]] [--pool PATH]
 //                   [--csv FILE] [--json FILE]
-//                   [--seed N] [--quiet]
+//                   [--seed N] [--no-pin] [--quiet]
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,6 +30,7 @@
 
 #include <tlptm/tlptm.hpp>
 
+#include "affinity.hpp"
 #include "backends.hpp"
 #include "cli.hpp"
 #include "driver.hpp"
@@ -75,6 +76,10 @@ struct options {
     std::string csv, json;
     std::uint64_t seed = 1;
     bool quiet = false;
+    bool pin = true; ///< --no-pin clears it
+    /// Filled by main: worker t runs on cpus[t % size], the main thread on cpus[0]; empty when
+    /// not pinned.
+    std::vector<int> cpus;
 
     std::uint64_t ops_at(std::uint32_t ns) const {
         return ops ? *ops : (ns == 0 ? default_ops_0ns : default_ops_slow);
@@ -124,6 +129,8 @@ void print_usage(std::FILE* out) {
         "                           (default: /dev/shm or $TMPDIR)\n"
         "  --csv FILE, --json FILE  machine-readable results, one row per run and repetition\n"
         "  --seed N                 random seed (default 1)\n"
+        "  --no-pin                 let the scheduler place the threads (default: worker t\n"
+        "                           on the t-th allowed CPU, the preload on the first)\n"
         "  --quiet                  print nothing but errors\n",
         static_cast<unsigned long long>(default_ops_0ns),
         static_cast<unsigned long long>(default_ops_slow),
@@ -253,6 +260,10 @@ options parse(int argc, char** argv) {
             o.json = need();
         } else if (arg == "--seed") {
             o.seed = parse_u64(arg, need());
+        } else if (arg == "--no-pin") {
+            o.pin = false;
+        } else if (arg == "--pin") {
+            o.pin = true;
         } else if (arg == "--quiet" || arg == "-q") {
             o.quiet = true;
         } else {
@@ -334,6 +345,7 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                 c.reps = o.reps;
                 c.pool_path = pool_path;
                 c.progress = !o.quiet;
+                c.cpus = o.cpus;
                 const std::size_t table_start = plan.size();
                 if (o.run_tlptm) {
                     for (tlptm::log_mode m : o.modes) {
@@ -439,6 +451,12 @@ void print_header(const options& o, const std::string& pool_path) {
         std::printf("  every configuration runs %u times, interleaved (round after round over all "
                     "of them), each run as above; the tables show medians\n",
                     o.reps);
+    if (o.cpus.empty())
+        std::printf("  threads not pinned: the scheduler places them (--no-pin)\n");
+    else
+        std::printf("  threads pinned: worker t on CPU number t mod %zu of %s; the preload, the "
+                    "floors and the checks on CPU %d (--no-pin: the scheduler places them)\n",
+                    o.cpus.size(), cpu_list(o.cpus).c_str(), o.cpus[0]);
     std::printf("  pool %s (removed after each run), persistent memory emulated: tlptm "
                 "durability::emulate_pmem, PMDK PMEM_IS_PMEM_FORCE=1\n",
                 pool_path.c_str());
@@ -518,6 +536,19 @@ int main(int argc, char** argv) {
         return 2;
     }
     remove_pool_on_interrupt(pool_path);
+    // Pinned, the main thread (preload, floors, checks) stays on the first allowed CPU for the
+    // whole program and worker t runs on the t-th: a one-thread run finds the table warm in the
+    // caches of the CPU that loaded it, every run and every backend alike (affinity.hpp).
+    if (o.pin) {
+        o.cpus = allowed_cpus();
+        if (!pin_thread(o.cpus, 0)) {
+            std::fprintf(stderr,
+                         "tlptm-workloads: cannot pin threads to CPUs (%s); running "
+                         "unpinned, as with --no-pin\n",
+                         o.cpus.empty() ? "sched_getaffinity failed" : "sched_setaffinity failed");
+            o.cpus.clear();
+        }
+    }
     if (!o.quiet)
         print_header(o, pool_path);
     const auto start = std::chrono::steady_clock::now();

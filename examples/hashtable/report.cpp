@@ -421,6 +421,7 @@ std::vector<field> fields_of(const std::vector<run_result>& rows, const run_resu
     const double walk = walk_floor(rows, r);
     f.push_back({"walk_floor_ns", plain(walk, 1), false});
     f.push_back({"added_over_walk_floor_ns", plain(r.lat_mean_ns - walk, 1), false});
+    f.push_back({"pinned", r.pinned ? "true" : "false", false});
     return f;
 }
 

@@ -53,7 +53,8 @@ struct run_result {
     std::uint64_t preload = 0;
     std::size_t value_size = 8;
     value_kind values = value_kind::small;
-    unsigned rep = 0; ///< which repetition of its configuration (--reps), from 0
+    unsigned rep = 0;    ///< which repetition of its configuration (--reps), from 0
+    bool pinned = false; ///< worker t ran on the t-th allowed CPU (run_config::cpus)
 
     std::uint64_t inserts = 0;
     std::uint64_t updates = 0;
