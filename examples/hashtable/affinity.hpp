@@ -3,10 +3,10 @@
 // (--pin).
 //
 // Why: on a machine whose CPUs do not share every cache level, a thread that the scheduler
-// starts on another CPU than the one that loaded the table finds it cold. On the 2-vCPU guests
-// the project is measured on, an unpinned run of workload c came out 30-40 ns a transaction
+// starts on another CPU than the one that loaded the table finds it cold. On the 2-vCPU AMD
+// EPYC guest of 2026-12-05, an unpinned run of workload c came out 30-40 ns a transaction
 // slower than a pinned one, and the volatile table's walk 50-70 ns (docs/workloads.md,
-// "Repetitions and noise"); where the worker landed changed from run to run.
+// "Options"); where the worker landed changed from run to run.
 #pragma once
 
 #include <pthread.h>
