@@ -452,7 +452,8 @@ void print_header(const options& o, const std::string& pool_path) {
                     "of them), each run as above; the tables show medians\n",
                     o.reps);
     if (o.cpus.empty())
-        std::printf("  threads not pinned: the scheduler places them (--no-pin)\n");
+        std::printf("  threads not pinned: the scheduler places them (%s)\n",
+                    o.pin ? "the affinity could not be set" : "--no-pin");
     else
         std::printf("  threads pinned: worker t on CPU number t mod %zu of %s; the preload, the "
                     "floors and the checks on CPU %d (--no-pin: the scheduler places them)\n",
