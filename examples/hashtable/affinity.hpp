@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <string>
 #include <vector>
 
 namespace workloads {
@@ -40,14 +39,6 @@ inline bool pin_thread(const std::vector<int>& cpus, unsigned n) {
     CPU_ZERO(&one);
     CPU_SET(cpus[n % cpus.size()], &one);
     return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
-}
-
-/// "0,1,4": the CPUs as a list.
-inline std::string cpu_list(const std::vector<int>& cpus) {
-    std::string s;
-    for (int c : cpus)
-        s += (s.empty() ? "" : ",") + std::to_string(c);
-    return s;
 }
 
 } // namespace workloads

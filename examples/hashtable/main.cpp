@@ -457,7 +457,7 @@ void print_header(const options& o, const std::string& pool_path) {
     else
         std::printf("  threads pinned: worker t on CPU number t mod %zu of %s; the preload, the "
                     "floors and the checks on CPU %d (--no-pin: the scheduler places them)\n",
-                    o.cpus.size(), cpu_list(o.cpus).c_str(), o.cpus[0]);
+                    o.cpus.size(), o.list(o.cpus).c_str(), o.cpus[0]);
     std::printf("  pool %s (removed after each run), persistent memory emulated: tlptm "
                 "durability::emulate_pmem, PMDK PMEM_IS_PMEM_FORCE=1\n",
                 pool_path.c_str());
