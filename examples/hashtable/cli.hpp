@@ -28,6 +28,14 @@ inline std::vector<std::string> split(std::string_view s) {
     }
 }
 
+/// The numbers of v comma-separated, as split() takes them apart: {1, 2} gives "1,2".
+template <class T> std::string join(const std::vector<T>& v) {
+    std::string s;
+    for (const T& x : v)
+        s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+}
+
 /// v as a non-negative integer, for option `opt`: decimal digits only, at most 19 of them (so
 /// it always fits in 64 bits). @throw usage_error anything else
 inline std::uint64_t parse_u64(const std::string& opt, const std::string& v) {

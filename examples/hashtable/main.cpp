@@ -92,14 +92,8 @@ struct options {
         return std::find(write_ns.begin(), write_ns.end(), 0u) != write_ns.end();
     }
     /// "2" or "1,2": the thread counts as --threads took them.
-    std::string threads_list() const { return list(threads); }
-    std::string write_ns_list() const { return list(write_ns); }
-    template <class T> static std::string list(const std::vector<T>& v) {
-        std::string s;
-        for (T x : v)
-            s += (s.empty() ? "" : ",") + std::to_string(x);
-        return s;
-    }
+    std::string threads_list() const { return cli::join(threads); }
+    std::string write_ns_list() const { return cli::join(write_ns); }
 };
 
 void print_usage(std::FILE* out) {
@@ -457,7 +451,7 @@ void print_header(const options& o, const std::string& pool_path) {
     else
         std::printf("  threads pinned: worker t on CPU number t mod %zu of %s; the preload, the "
                     "floors and the checks on CPU %d (--no-pin: the scheduler places them)\n",
-                    o.cpus.size(), o.list(o.cpus).c_str(), o.cpus[0]);
+                    o.cpus.size(), cli::join(o.cpus).c_str(), o.cpus[0]);
     std::printf("  pool %s (removed after each run), persistent memory emulated: tlptm "
                 "durability::emulate_pmem, PMDK PMEM_IS_PMEM_FORCE=1\n",
                 pool_path.c_str());
