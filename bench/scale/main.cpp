@@ -3,7 +3,7 @@
 //
 //   tlptm-scale [--workload LIST] [--backend tlptm|pmdk|both] [--threads LIST]
 //               [--max-threads P] [--reps R] [--duration SECONDS] [--keys N] [--range N]
-//               [--accounts N] [--hot N] [--conflict LIST] [--cores N] [--fit-all] [--pin]
+//               [--accounts N] [--hot N] [--conflict LIST] [--cores N] [--fit-all] [--no-pin]
 //               [--pool-dir DIR] [--csv FILE] [--json FILE] [--seed N] [--verbose] [--quiet]
 #include <signal.h>
 #include <unistd.h>
@@ -31,6 +31,7 @@
 namespace {
 
 using namespace tlptm_scale;
+using workloads::cli::join;
 using workloads::cli::parse_u64;
 using workloads::cli::split;
 using workloads::cli::usage_error;
@@ -46,7 +47,8 @@ struct options {
     unsigned reps = 5;
     unsigned cores = 0; ///< 0: the CPUs this process may run on
     bool fit_all = false;
-    scale_config cfg;
+    bool pin = true;  ///< --no-pin clears it
+    scale_config cfg; ///< cfg.cpus: filled in main() when pinned
     std::string pool_dir;
     std::string csv, json;
     bool verbose = false, quiet = false;
@@ -69,7 +71,8 @@ void print_usage(std::FILE* out) {
              "  --conflict LIST      bank: conflict rates, each a series (default 0,0.25)\n"
              "  --cores N            cores to assume (default: the CPUs this process may use)\n"
              "  --fit-all            fit the USL to the oversubscribed thread counts too\n"
-             "  --pin                pin worker t to the t-th allowed CPU\n"
+             "  --no-pin             let the scheduler place the threads (default: worker t\n"
+             "                       on the t-th allowed CPU, the data made on the first)\n"
              "  --pool-dir DIR       where the pool files go (default /dev/shm, else $TMPDIR)\n"
              "  --durability D       tlptm: pmem (emulated persistent memory, default) or msync\n"
              "  --csv FILE           points; FILE-fits.csv and FILE-curves.csv are written beside\n"
@@ -180,8 +183,10 @@ options parse(int argc, char** argv) {
             if (c < 1 || c > 4096)
                 throw usage_error("--cores: 1..4096");
             o.cores = static_cast<unsigned>(c);
-        } else if (a == "--pin") {
-            o.cfg.pin = true;
+        } else if (a == "--no-pin") {
+            o.pin = false;
+        } else if (a == "--pin") { // the default; accepted so that older command lines run
+            o.pin = true;
         } else if (a == "--fit-all") {
             o.fit_all = true;
         } else if (a == "--pool-dir") {
@@ -319,6 +324,21 @@ int main(int argc, char** argv) {
         return 2;
     }
     workloads::remove_pool_on_interrupt(o.cfg.pool_path);
+    // Pinned, this thread (it makes, preloads and checks every run's data) stays on the first
+    // allowed CPU and worker t runs on the t-th: worker 0 finds the data warm in its CPU's
+    // caches at every thread count, for both backends alike (docs/scaling.md, "Pinning").
+    if (o.pin) {
+        o.cfg.cpus = workloads::allowed_cpus();
+        if (!workloads::pin_thread(o.cfg.cpus, 0)) {
+            std::fprintf(stderr,
+                         "tlptm-scale: cannot pin threads to CPUs (%s); running unpinned, as "
+                         "with --no-pin\n",
+                         o.cfg.cpus.empty() ? "sched_getaffinity failed"
+                                            : "sched_setaffinity failed");
+            o.cfg.cpus.clear();
+        }
+    }
+    h.cpus = o.cfg.cpus;
 
     std::vector<workload_spec> specs;
     for (workload_kind k : o.kinds) {
@@ -352,6 +372,13 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(o.cfg.range),
                     static_cast<unsigned long long>(o.cfg.accounts),
                     static_cast<unsigned long long>(o.cfg.hot));
+        if (o.cfg.cpus.empty())
+            std::printf("  threads not pinned: the scheduler places them (%s)\n",
+                        o.pin ? "the affinity could not be set" : "--no-pin");
+        else
+            std::printf("  threads pinned: worker t on CPU number t mod %zu of %s; the data "
+                        "made and checked on CPU %d (--no-pin: the scheduler places them)\n",
+                        o.cfg.cpus.size(), join(o.cfg.cpus).c_str(), o.cfg.cpus[0]);
         if (h.load_before >= 0)
             std::printf("  load average before the runs: %.2f\n", h.load_before);
         std::printf("  the USL is fitted to %s\n", o.fit_all

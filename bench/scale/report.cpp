@@ -325,6 +325,9 @@ bool write_json(const std::string& path, const std::vector<scale_series>& all,
                  h.load_after < 0 ? "null" : num(h.load_after).c_str());
     for (std::size_t i = 0; i < h.thread_counts.size(); ++i)
         std::fprintf(o, "%s%u", i ? ", " : "", h.thread_counts[i]);
+    std::fprintf(o, "], \"pinned\": %s, \"cpus\": [", h.cpus.empty() ? "false" : "true");
+    for (std::size_t i = 0; i < h.cpus.size(); ++i)
+        std::fprintf(o, "%s%d", i ? ", " : "", h.cpus[i]);
     std::fprintf(o, "]},\n  \"series\": [");
     for (std::size_t si = 0; si < all.size(); ++si) {
         const scale_series& s = all[si];

@@ -45,7 +45,8 @@ struct scale_header {
     std::uint64_t keys = 0, range = 0, accounts = 0, hot = 0;
     std::uint64_t seed = 1;
     std::string pool_path;
-    bool msync = false; ///< tlptm's durability is msync: the tables show msync calls per tx
+    std::vector<int> cpus; ///< worker t pinned to cpus[t mod size]; empty: not pinned
+    bool msync = false;    ///< tlptm's durability is msync: the tables show msync calls per tx
     std::string pmemobj_version;              ///< "" when PMDK was not built
     double load_before = -1, load_after = -1; ///< 1-minute load averages (-1: unknown)
 };

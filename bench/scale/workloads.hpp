@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,9 +100,10 @@ struct scale_config {
     unsigned max_threads = 1;      ///< the largest thread count of the series (sizes the data)
     std::uint64_t seed = 1;
     std::string pool_path;
-    /// Pin worker t to the t-th CPU this process may use (modulo their number), so that the
-    /// scheduler does not move threads between cores or sockets during a run.
-    bool pin = false;
+    /// The CPUs to pin to (workloads::allowed_cpus()): worker t runs on cpus[t mod their
+    /// number], and the main thread, which makes and preloads the data, on cpus[0] beside
+    /// worker 0. Empty: not pinned, the scheduler places the threads (--no-pin).
+    std::vector<int> cpus;
     /// tlptm's durability: emulated persistent memory (the default) or msync (a file that is
     /// not persistent memory: every fence is an msync of the pages written since the last one).
     tlptm::durability durability = tlptm::durability::emulate_pmem;
@@ -147,7 +149,7 @@ constexpr key_type key_of(std::uint64_t id) noexcept {
 /// prepare_thread() (each worker's one-time set-up, before the start signal: not timed).
 template <class W>
 run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned threads,
-                      double seconds, bool pin) {
+                      double seconds, const std::vector<int>& cpus) {
     using clock = std::chrono::steady_clock;
     struct alignas(64) worker_result {
         std::uint64_t ops = 0;
@@ -159,7 +161,6 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
     states.clear();
     for (unsigned t = 0; t < threads; ++t)
         states.push_back(w.make_state(t));
-    const std::vector<int> allowed = pin ? workloads::allowed_cpus() : std::vector<int>{};
     std::atomic<unsigned> ready{0};
     std::atomic<bool> go{false}, stop{false};
     std::vector<std::thread> workers;
@@ -168,11 +169,17 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
         workers.emplace_back([&, t] {
             worker_result& r = results[t];
             typename W::state& s = states[t];
-            if (pin)
-                workloads::pin_thread(allowed, t);
+            // On its CPU before anything else: worker 0 beside the thread that made the data.
             bool prepared = true;
+            if (!cpus.empty() && !workloads::pin_thread(cpus, t)) {
+                r.error = std::make_exception_ptr(std::runtime_error(
+                    "cannot pin worker " + std::to_string(t) + " to CPU " +
+                    std::to_string(cpus[t % cpus.size()]) + " (run with --no-pin)"));
+                prepared = false;
+            }
             try {
-                w.prepare_thread();
+                if (prepared)
+                    w.prepare_thread();
             } catch (...) {
                 r.error = std::current_exception();
                 prepared = false;
@@ -487,7 +494,7 @@ run_outcome measure(const What& what, const scale_config& cfg, unsigned threads)
         Run run(what, cfg, threads);
         std::vector<typename Run::state> states;
         const tlptm::stats before = run.stats();
-        out = run_timed(run, states, threads, cfg.seconds, cfg.pin);
+        out = run_timed(run, states, threads, cfg.seconds, cfg.cpus);
         const tlptm::stats d = run.stats() - before;
         out.aborts = d.tx_aborted;
         out.fences = d.fences;

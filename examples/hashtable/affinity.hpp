@@ -1,6 +1,6 @@
 // Pinning benchmark threads to CPUs (Linux): the CPUs this process may run on, and pinning the
-// calling thread to the n-th of them. Used by tlptm-workloads (on by default) and tlptm-scale
-// (--pin).
+// calling thread to the n-th of them. tlptm-workloads and tlptm-scale pin by default
+// (--no-pin turns it off).
 //
 // Why: on a machine whose CPUs do not share every cache level, a thread that the scheduler
 // starts on another CPU than the one that loaded the table finds it cold. On the 2-vCPU AMD
