@@ -37,9 +37,9 @@ using workloads::cli::split;
 using workloads::cli::usage_error;
 
 struct options {
-    std::vector<workload_kind> kinds{workload_kind::spin,     workload_kind::lookup,
-                                     workload_kind::disjoint, workload_kind::b,
-                                     workload_kind::c,        workload_kind::bank};
+    std::vector<workload_kind> kinds{
+        workload_kind::spin, workload_kind::chase, workload_kind::lookup, workload_kind::disjoint,
+        workload_kind::b,    workload_kind::c,     workload_kind::bank};
     std::vector<double> conflicts{0.0, 0.25};
     bool run_tlptm = true, run_pmdk = true;
     std::vector<unsigned> threads; ///< empty: the default for max_threads
@@ -57,8 +57,8 @@ struct options {
 void print_usage(std::FILE* out) {
     std::fprintf(
         out, "usage: tlptm-scale [options]\n"
-             "  --workload LIST      spin, lookup, disjoint, b, c, bank, or all (default all;\n"
-             "                       spin is a calibration without transactions)\n"
+             "  --workload LIST      spin, chase, lookup, disjoint, b, c, bank, or all (default\n"
+             "                       all; spin and chase are calibrations without transactions)\n"
              "  --backend B          tlptm, pmdk or both (default both)\n"
              "  --threads LIST       thread counts, e.g. 1,2,4,8 or 1-16 (default 1 .. P)\n"
              "  --max-threads P      the largest thread count (default twice the cores)\n"
@@ -127,6 +127,8 @@ options parse(int argc, char** argv) {
                     o.kinds = options{}.kinds;
                 else if (w == "spin")
                     o.kinds.push_back(workload_kind::spin);
+                else if (w == "chase")
+                    o.kinds.push_back(workload_kind::chase);
                 else if (w == "lookup")
                     o.kinds.push_back(workload_kind::lookup);
                 else if (w == "disjoint")
@@ -393,14 +395,14 @@ int main(int argc, char** argv) {
     int failures = 0;
     for (const workload_spec& w : specs) {
         std::vector<scale_series> group;
-        // The calibration has no backend: one series, run once.
+        // A calibration has no backend: one series, run once.
         const std::vector<bool> series_backends =
-            w.kind == workload_kind::spin ? std::vector<bool>{true} : backends;
+            is_calibration(w.kind) ? std::vector<bool>{true} : backends;
         for (bool tl : series_backends) {
             scale_series s;
             s.workload = w.name();
             s.description = w.describe();
-            s.backend = w.kind == workload_kind::spin ? "none" : tl ? "tlptm" : "pmdk";
+            s.backend = is_calibration(w.kind) ? "none" : tl ? "tlptm" : "pmdk";
             s.fit_oversubscribed = o.fit_all;
             for (unsigned t : h.thread_counts) {
                 scale_point p;

@@ -17,6 +17,14 @@ double per_op(std::uint64_t n, std::uint64_t ops) {
     return ops ? static_cast<double>(n) / static_cast<double>(ops) : 0.0;
 }
 
+/// p / X(p) in nanoseconds: the time each thread spends on one operation (with more threads
+/// than cores, its waits for a core included). Its growth over one thread's is what sharing
+/// costs each operation: compared with the chase calibration's, it says how much of that is
+/// the machine's price for moving written lines between cores. 0 without a throughput.
+double thread_ns_per_op(const scale_point& p) {
+    return p.x.mean > 0 ? p.threads * 1e9 / p.x.mean : 0.0;
+}
+
 /// "1.23M", "456.7k", "89.0": a rate for the console.
 std::string human(double v) {
     char buf[32];
@@ -126,9 +134,9 @@ void analyse(scale_series& s, unsigned cores) {
 void print_series(std::FILE* out, const scale_series& s, const scale_header& h) {
     std::fprintf(out, "\n== %s (%s), %s ==\n", s.workload.c_str(), s.description.c_str(),
                  s.backend.c_str());
-    std::fprintf(out, "%8s %11s %10s %10s %25s %8s %6s %15s %10s%s\n", "threads", "mean tx/s", "sd",
-                 "se", "95% CI of the mean", "rel.err", "S(p)", "95% CI of S", "aborts/tx",
-                 h.msync ? "   msync/tx" : "");
+    std::fprintf(out, "%8s %11s %10s %10s %25s %8s %6s %15s %11s %10s%s\n", "threads", "mean tx/s",
+                 "sd", "se", "95% CI of the mean", "rel.err", "S(p)", "95% CI of S", "ns/op/thr",
+                 "aborts/tx", h.msync ? "   msync/tx" : "");
     bool any_over = false;
     for (const scale_point& p : s.points) {
         any_over = any_over || p.oversubscribed;
@@ -143,9 +151,10 @@ void print_series(std::FILE* out, const scale_series& s, const scale_header& h) 
         char sci[40];
         std::snprintf(sci, sizeof sci, "[%.2f, %.2f]", p.speedup_lo, p.speedup_hi);
         const double aborts = per_op(p.aborts, p.ops);
-        std::fprintf(out, "%6u %s %11s %10s %10s %25s %7.1f%% %6.2f %15s %10.4f", p.threads,
+        std::fprintf(out, "%6u %s %11s %10s %10s %25s %7.1f%% %6.2f %15s %11.1f %10.4f", p.threads,
                      p.oversubscribed ? "*" : " ", human(p.x.mean).c_str(), human(p.x.sd).c_str(),
-                     human(p.x.se).c_str(), ci, 100 * p.x.relative_error(), p.speedup, sci, aborts);
+                     human(p.x.se).c_str(), ci, 100 * p.x.relative_error(), p.speedup, sci,
+                     thread_ns_per_op(p), aborts);
         if (h.msync)
             std::fprintf(out, " %10.3f", per_op(p.msync_calls, p.ops));
         std::fputc('\n', out);
@@ -226,19 +235,20 @@ std::string write_csv(const std::string& path, const std::vector<scale_series>& 
         std::fprintf(f.get(),
                      "workload,backend,threads,cores,oversubscribed,reps,mean_tx_s,sd_tx_s,"
                      "se_tx_s,ci95_lo_tx_s,ci95_hi_tx_s,rel_err,speedup,speedup_ci95_lo,"
-                     "speedup_ci95_hi,aborts_per_tx,failed_reps,fences_per_tx,msync_per_tx\n");
+                     "speedup_ci95_hi,aborts_per_tx,failed_reps,fences_per_tx,msync_per_tx,"
+                     "thread_ns_per_op\n");
         for (const scale_series& s : all)
             for (const scale_point& p : s.points)
-                std::fprintf(f.get(),
-                             "%s,%s,%u,%u,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%zu,%s,%s\n",
-                             s.workload.c_str(), s.backend.c_str(), p.threads, h.cores,
-                             p.oversubscribed ? "true" : "false", p.x.n, num(p.x.mean).c_str(),
-                             num(p.x.sd).c_str(), num(p.x.se).c_str(), num(p.x.ci_lo).c_str(),
-                             num(p.x.ci_hi).c_str(), num(p.x.relative_error()).c_str(),
-                             num(p.speedup).c_str(), num(p.speedup_lo).c_str(),
-                             num(p.speedup_hi).c_str(), num(per_op(p.aborts, p.ops)).c_str(),
-                             p.errors.size(), num(per_op(p.fences, p.ops)).c_str(),
-                             num(per_op(p.msync_calls, p.ops)).c_str());
+                std::fprintf(
+                    f.get(), "%s,%s,%u,%u,%s,%zu,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%zu,%s,%s,%s\n",
+                    s.workload.c_str(), s.backend.c_str(), p.threads, h.cores,
+                    p.oversubscribed ? "true" : "false", p.x.n, num(p.x.mean).c_str(),
+                    num(p.x.sd).c_str(), num(p.x.se).c_str(), num(p.x.ci_lo).c_str(),
+                    num(p.x.ci_hi).c_str(), num(p.x.relative_error()).c_str(),
+                    num(p.speedup).c_str(), num(p.speedup_lo).c_str(), num(p.speedup_hi).c_str(),
+                    num(per_op(p.aborts, p.ops)).c_str(), p.errors.size(),
+                    num(per_op(p.fences, p.ops)).c_str(), num(per_op(p.msync_calls, p.ops)).c_str(),
+                    num(thread_ns_per_op(p)).c_str());
         if (!finish(std::move(f)))
             return path;
     }
@@ -344,12 +354,13 @@ bool write_json(const std::string& path, const std::vector<scale_series>& all,
                 std::fprintf(o, "%s%s", i ? ", " : "", num(p.throughputs[i]).c_str());
             std::fprintf(o,
                          "], \"mean\": %s, \"sd\": %s, \"se\": %s, \"ci95\": [%s, %s], "
-                         "\"speedup\": %s, \"speedup_ci95\": [%s, %s], \"ops\": %llu, "
+                         "\"speedup\": %s, \"speedup_ci95\": [%s, %s], \"thread_ns_per_op\": %s, "
+                         "\"ops\": %llu, "
                          "\"aborts\": %llu, \"fences\": %llu, \"msync_calls\": %llu, \"errors\": [",
                          num(p.x.mean).c_str(), num(p.x.sd).c_str(), num(p.x.se).c_str(),
                          num(p.x.ci_lo).c_str(), num(p.x.ci_hi).c_str(), num(p.speedup).c_str(),
                          num(p.speedup_lo).c_str(), num(p.speedup_hi).c_str(),
-                         static_cast<unsigned long long>(p.ops),
+                         num(thread_ns_per_op(p)).c_str(), static_cast<unsigned long long>(p.ops),
                          static_cast<unsigned long long>(p.aborts),
                          static_cast<unsigned long long>(p.fences),
                          static_cast<unsigned long long>(p.msync_calls));

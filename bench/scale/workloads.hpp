@@ -37,7 +37,12 @@
 
 namespace tlptm_scale {
 
-enum class workload_kind { lookup, disjoint, b, c, bank, spin };
+enum class workload_kind { lookup, disjoint, b, c, bank, spin, chase };
+
+/// The calibrations: no backend, no transaction; each is one series, run once.
+constexpr bool is_calibration(workload_kind k) noexcept {
+    return k == workload_kind::spin || k == workload_kind::chase;
+}
 
 /// One workload of a scaling series.
 struct workload_spec {
@@ -62,6 +67,8 @@ struct workload_spec {
         }
         case workload_kind::spin:
             return "spin";
+        case workload_kind::chase:
+            return "chase";
         }
         return "?";
     }
@@ -85,6 +92,9 @@ struct workload_spec {
         }
         case workload_kind::spin:
             return "calibration: arithmetic only, no memory shared, no transaction";
+        case workload_kind::chase:
+            return "calibration: two dependent reads and a write of a shared array of c's size, "
+                   "no transaction";
         }
         return "?";
     }
@@ -296,6 +306,7 @@ public:
             return true;
         case workload_kind::bank:
         case workload_kind::spin:
+        case workload_kind::chase:
             break;
         }
         throw std::logic_error("table_run: not a table workload");
@@ -485,6 +496,68 @@ public:
     void prepare_thread() const noexcept {}
 };
 
+/// The memory calibration: each operation reads two lines of one shared array, the second at
+/// the index the first holds, and writes a counter in the second (as an update of c reads a
+/// bucket, then the node it points to, and writes the node), with plain loads and stores: no
+/// transaction, no lock, no persistence. The array has a 64-byte line per preloaded key and as
+/// many bytes more as tlptm's orec table (1.25 MiB): about the footprint of c's data. Where
+/// spin's speedup says how many cores the threads got, chase's says what the caches and the
+/// memory give to threads that read and write the same lines: a line one core wrote must come
+/// from the other core's cache, and on a guest whose two vCPUs the host places on different
+/// core complexes (or whose neighbours thrash the shared cache) that costs more. c shares its
+/// lines in the same way and cannot be expected to scale better than chase does.
+class chase_run {
+public:
+    struct alignas(64) state {
+        std::uint64_t at = 0; ///< the line the next operation starts from
+    };
+
+    chase_run(workload_kind, const scale_config& cfg, unsigned) : lines_(cfg.keys + orec_lines) {
+        // One random cycle through every line (Sattolo's shuffle), so that no prefetcher can
+        // guess the next line and every thread, wherever it starts, walks the whole array.
+        const std::uint64_t n = lines_.size();
+        std::vector<std::uint64_t> next(n);
+        for (std::uint64_t i = 0; i < n; ++i)
+            next[i] = i;
+        workloads::rng r{cfg.seed};
+        for (std::uint64_t i = n - 1; i > 0; --i)
+            std::swap(next[i], next[r.below(i)]);
+        for (std::uint64_t i = 0; i < n; ++i)
+            lines_[i].next = next[i];
+    }
+
+    state make_state(unsigned t) const { return state{workloads::mix64(t + 1) % lines_.size()}; }
+
+    bool step(state& s) noexcept {
+        line& l = lines_[lines_[s.at].next];
+        // Not an atomic increment: a plain load and store, as a commit's write-back is (two
+        // threads may lose each other's counts; nothing checks them).
+        l.count.store(l.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        s.at = l.next;
+        return true;
+    }
+
+    std::string verify(const std::vector<state>& states) const {
+        for (const state& s : states)
+            if (s.at >= lines_.size())
+                return "the chase left its array";
+        return "";
+    }
+
+    tlptm::stats stats() const { return {}; }
+    void prepare_thread() const noexcept {}
+
+private:
+    struct alignas(64) line {
+        std::uint64_t next = 0;              ///< written once, before the threads start
+        std::atomic<std::uint64_t> count{0}; ///< the operations' writes
+    };
+    /// As many lines as tlptm's orec table has bytes (1.25 MiB).
+    static constexpr std::uint64_t orec_lines =
+        tlptm::detail::orec_table::count * tlptm::detail::orec_table::orec_bytes / sizeof(line);
+    std::vector<line> lines_;
+};
+
 /// Makes the run's pool, runs it and checks it. Never throws for a failure of the run: that
 /// goes to run_outcome::error.
 template <class Run, class What>
@@ -516,6 +589,8 @@ inline run_outcome run_workload(const workload_spec& w, bool tlptm_backend, cons
     using namespace detail;
     if (w.kind == workload_kind::spin)
         return measure<spin_run>(w.kind, cfg, threads);
+    if (w.kind == workload_kind::chase)
+        return measure<chase_run>(w.kind, cfg, threads);
     if (w.kind == workload_kind::bank)
         return tlptm_backend ? measure<bank_run<tlptm_bank>>(w.conflict, cfg, threads)
                              : measure<bank_run<pmdk_bank>>(w.conflict, cfg, threads);
