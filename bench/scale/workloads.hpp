@@ -505,7 +505,9 @@ public:
 /// memory give to threads that read and write the same lines: a line one core wrote must come
 /// from the other core's cache, and on a guest whose two vCPUs the host places on different
 /// core complexes (or whose neighbours thrash the shared cache) that costs more. c shares its
-/// lines in the same way and cannot be expected to scale better than chase does.
+/// lines in the same way, so the growth of its time per operation from one thread to p (the
+/// ns/op/thr column) is to be set beside chase's: chase's operation is little else, and its
+/// speedup itself can be far below 1.
 class chase_run {
 public:
     struct alignas(64) state {
