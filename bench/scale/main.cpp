@@ -329,17 +329,8 @@ int main(int argc, char** argv) {
     // Pinned, this thread (it makes, preloads and checks every run's data) stays on the first
     // allowed CPU and worker t runs on the t-th: worker 0 finds the data warm in its CPU's
     // caches at every thread count, for both backends alike (docs/scaling.md, "Pinning").
-    if (o.pin) {
-        o.cfg.cpus = workloads::allowed_cpus();
-        if (!workloads::pin_thread(o.cfg.cpus, 0)) {
-            std::fprintf(stderr,
-                         "tlptm-scale: cannot pin threads to CPUs (%s); running unpinned, as "
-                         "with --no-pin\n",
-                         o.cfg.cpus.empty() ? "sched_getaffinity failed"
-                                            : "sched_setaffinity failed");
-            o.cfg.cpus.clear();
-        }
-    }
+    if (o.pin)
+        o.cfg.cpus = workloads::pin_main_thread("tlptm-scale");
     h.cpus = o.cfg.cpus;
 
     std::vector<workload_spec> specs;

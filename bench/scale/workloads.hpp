@@ -180,13 +180,8 @@ run_outcome run_timed(W& w, std::vector<typename W::state>& states, unsigned thr
             worker_result& r = results[t];
             typename W::state& s = states[t];
             // On its CPU before anything else: worker 0 beside the thread that made the data.
-            bool prepared = true;
-            if (!cpus.empty() && !workloads::pin_thread(cpus, t)) {
-                r.error = std::make_exception_ptr(std::runtime_error(
-                    "cannot pin worker " + std::to_string(t) + " to CPU " +
-                    std::to_string(cpus[t % cpus.size()]) + " (run with --no-pin)"));
-                prepared = false;
-            }
+            r.error = workloads::pin_worker(cpus, t);
+            bool prepared = !r.error;
             try {
                 if (prepared)
                     w.prepare_thread();

@@ -12,6 +12,10 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace workloads {
@@ -39,6 +43,30 @@ inline bool pin_thread(const std::vector<int>& cpus, unsigned n) {
     CPU_ZERO(&one);
     CPU_SET(cpus[n % cpus.size()], &one);
     return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
+}
+
+/// The main thread's side of a pinned run: pins the calling thread (which loads and checks
+/// the data) to the first allowed CPU, beside worker 0, and returns the CPUs the workers are
+/// to be pinned to. If that fails, says so on stderr as `program` and returns none: the run
+/// goes on unpinned, as with --no-pin.
+inline std::vector<int> pin_main_thread(const char* program) {
+    std::vector<int> cpus = allowed_cpus();
+    if (pin_thread(cpus, 0))
+        return cpus;
+    std::fprintf(stderr,
+                 "%s: cannot pin threads to CPUs (%s); running unpinned, as with --no-pin\n",
+                 program, cpus.empty() ? "sched_getaffinity failed" : "sched_setaffinity failed");
+    return {};
+}
+
+/// A worker's side: pins the calling worker t to cpus[t mod their number], before anything
+/// else. Null if it is pinned or `cpus` is empty (not pinned); else the error to report.
+inline std::exception_ptr pin_worker(const std::vector<int>& cpus, unsigned t) {
+    if (cpus.empty() || pin_thread(cpus, t))
+        return nullptr;
+    return std::make_exception_ptr(
+        std::runtime_error("cannot pin worker " + std::to_string(t) + " to CPU " +
+                           std::to_string(cpus[t % cpus.size()]) + " (run with --no-pin)"));
 }
 
 } // namespace workloads

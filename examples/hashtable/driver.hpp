@@ -297,11 +297,7 @@ template <class Backend> run_result run(const run_config& cfg) {
             // inlined, is otherwise a -Wmaybe-uninitialized false positive).
             const value_kind values = cfg.values;
             // On its CPU before anything else: worker 0 beside the thread that loaded the table.
-            if (!cfg.cpus.empty() && !pin_thread(cfg.cpus, t)) {
-                log.error = std::make_exception_ptr(std::runtime_error(
-                    "cannot pin worker " + std::to_string(t) + " to CPU " +
-                    std::to_string(cfg.cpus[t % cfg.cpus.size()]) + " (run with --no-pin)"));
-            }
+            log.error = pin_worker(cfg.cpus, t);
             // The thread's one-time set-up (tlptm: its slot and the first touch of every page
             // of its log ring) before the clock starts, as a long-running program pays it once.
             bool prepared = !log.error;

@@ -534,16 +534,8 @@ int main(int argc, char** argv) {
     // Pinned, the main thread (preload, floors, checks) stays on the first allowed CPU for the
     // whole program and worker t runs on the t-th: a one-thread run finds the table warm in the
     // caches of the CPU that loaded it, every run and every backend alike (affinity.hpp).
-    if (o.pin) {
-        o.cpus = allowed_cpus();
-        if (!pin_thread(o.cpus, 0)) {
-            std::fprintf(stderr,
-                         "tlptm-workloads: cannot pin threads to CPUs (%s); running "
-                         "unpinned, as with --no-pin\n",
-                         o.cpus.empty() ? "sched_getaffinity failed" : "sched_setaffinity failed");
-            o.cpus.clear();
-        }
-    }
+    if (o.pin)
+        o.cpus = pin_main_thread("tlptm-workloads");
     if (!o.quiet)
         print_header(o, pool_path);
     const auto start = std::chrono::steady_clock::now();
