@@ -127,7 +127,7 @@ void print_usage(std::FILE* out) {
         "usage: paired_bench --compare OPTION=A,B [options]\n"
         "  --compare OPTION=A,B  the pool option compared, A's value then B's; one of\n"
         "                        log_write=automatic|non_temporal|store_and_flush (two of them)\n"
-        "                        write_back=eager|lazy|prompt (two of them)\n"
+        "                        write_back=eager|lazy|prompt|adaptive (two of them)\n"
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
@@ -184,8 +184,11 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
             o.write_back = tlptm::write_back::lazy;
         else if (v == "prompt")
             o.write_back = tlptm::write_back::prompt;
+        else if (v == "adaptive")
+            o.write_back = tlptm::write_back::adaptive;
         else
-            throw usage_error("--compare write_back: the values are eager, lazy and prompt, got '" +
+            throw usage_error("--compare write_back: the values are eager, lazy, prompt and "
+                              "adaptive, got '" +
                               v + "'");
         return;
     case knob::mode:

@@ -735,6 +735,75 @@ TEST_CASE("stats: prompt write-back flushes a commit's lines at once, unless it 
         CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
 }
 
+TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert or batch") {
+    tlptm_test::temp_path path("stats-adaptive");
+    auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
+    opt.write_back = tlptm::write_back::adaptive;
+    opt.write_back_lines = 8;
+    {
+        auto pool = tlptm::pool::create(path, opt);
+        auto* r = pool.root<api_root>();
+        tlptm::atomic(pool, [&] { r->u64 = 1; }); // the first also starts the ring
+        tlptm::atomic(pool, [&] {                 // ... and the first insert takes a superblock
+            node* n = tlptm::make<node>();
+            n->key = 1;
+            r->head = n;
+        });
+        // One-line updates: one fence each, nothing flushed, their lines left pending.
+        auto s0 = pool.stats();
+        for (int i = 1; i <= 3; ++i)
+            tlptm::atomic(pool, [&] { r->words[8 * i] = static_cast<std::uint64_t>(i); });
+        auto upd = pool.stats() - s0;
+        CHECK(upd.fences == 3);
+        CHECK(upd.round_trips == 3);
+        CHECK(upd.flushed_lines == 0);
+        CHECK(upd.write_back_batches == 0);
+        // An insert flushes its new node before its fence anyway (the entry covers it): the
+        // three pending lines, and the previous insert's, join it under the same fence.
+        auto s1 = pool.stats();
+        tlptm::atomic(pool, [&] {
+            node* n = tlptm::make<node>();
+            n->key = 2;
+            n->next = r->head.get();
+            r->head = n;
+        });
+        auto ins = pool.stats() - s1;
+        CHECK(ins.fences == 1);
+        CHECK(ins.round_trips == 1);
+        CHECK(ins.flushed_lines >= 1 + 3 + 1);
+        // An update of two lines flushes as eager: the insert's line goes now.
+        auto s2 = pool.stats();
+        tlptm::atomic(pool, [&] {
+            r->words[0] = 10;
+            r->words[63] = 11;
+        });
+        auto two = pool.stats() - s2;
+        CHECK(two.fences == 1);
+        CHECK(two.round_trips == 1);
+        CHECK(two.flushed_lines >= 1);
+        // One-line updates of distinct lines reach the watermark: one batch, one more fence.
+        auto s3 = pool.stats();
+        for (int i = 0; i < 8; ++i)
+            tlptm::atomic(pool, [&] { r->words[8 * i + 1] = static_cast<std::uint64_t>(20 + i); });
+        auto batch = pool.stats() - s3;
+        CHECK(batch.write_back_batches == 1);
+        CHECK(batch.fences == 8 + 1);
+        CHECK(batch.round_trips == batch.fences);
+        pool.close();
+    }
+    auto pool = tlptm::pool::open(path, opt);
+    auto* r = pool.root<api_root>();
+    CHECK(pool.last_recovery().entries_replayed == 0); // the close flushed everything
+    CHECK(r->words[0].get() == 10);
+    CHECK(r->words[63].get() == 11);
+    for (int i = 1; i <= 3; ++i)
+        CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
+    for (int i = 0; i < 8; ++i)
+        CHECK(r->words[8 * i + 1].get() == static_cast<std::uint64_t>(20 + i));
+    CHECK(r->head.get()->key.get() == 2);
+    CHECK(r->head.get()->next.get()->key.get() == 1);
+}
+
 TEST_CASE("stats: lazy write-back has one round trip per update and flushes in batches") {
     tlptm_test::temp_path path("stats-lazy");
     auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);

@@ -697,9 +697,10 @@ TEST_CASE("a crash at any fence of the commit path recovers a prefix with every 
     for (auto [mode, wb] : {std::pair{tlptm::log_mode::baseline, tlptm::write_back::eager},
                             std::pair{tlptm::log_mode::tlptm, tlptm::write_back::eager},
                             std::pair{tlptm::log_mode::tlptm, tlptm::write_back::lazy},
-                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::prompt}}) {
+                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::prompt},
+                            std::pair{tlptm::log_mode::tlptm, tlptm::write_back::adaptive}}) {
         const std::string mode_name = tlptm::to_string(mode);
-        const int write_back = static_cast<int>(wb); // 0 eager, 1 lazy, 2 prompt
+        const int write_back = static_cast<int>(wb); // 0 eager, 1 lazy, 2 prompt, 3 adaptive
         CAPTURE(mode_name);
         CAPTURE(write_back);
         temp_path path("fences");

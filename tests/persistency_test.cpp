@@ -292,6 +292,27 @@ TEST_CASE("crash sweep: prompt write-back (lines flushed right after their write
     report_total("prompt-write-back", total);
 }
 
+TEST_CASE("crash sweep: adaptive write-back (updates leave their lines, inserts flush them)") {
+    // single-word's commits all defer (one line each, nothing allocated) until the close's
+    // batch; multi-word and ring-wrap write several lines, so they flush as eager; list mixes
+    // them: its inserts cover their new nodes and flush the lines that the update and the pop
+    // before them left (free-reuse as well, with CT held back by those lines).
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+        for (scenario s : {sc::single_word(mode, 4 * size.scale),
+                           sc::multi_word(mode, 3 * size.scale), sc::list(mode, 8 * size.scale),
+                           sc::ring_wrap(mode, 7 * size.scale), sc::free_reuse(mode)}) {
+            s.options.write_back = tlptm::write_back::adaptive;
+            sweep_result r = sweep(s, size.cfg);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            CHECK(r.crash_points > 0);
+            total += r;
+        }
+    }
+    report_total("adaptive-write-back", total);
+}
+
 TEST_CASE("crash sweep: two threads, interleaved commits") {
     sweep_size size = sweep_settings();
     sweep_result total;
@@ -476,6 +497,46 @@ TEST_CASE("attribution switches: a commit without F1, one that leaves the previo
             if (!base.failing_points.count(where) && fresh++ < 1)
                 MESSAGE("  caught: " << msg);
         CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice it");
+    }
+}
+
+TEST_CASE("mutation deferred_lines_dropped: a commit that defers its write-back and forgets "
+          "the lines left before it is caught") {
+    // Adaptive and lazy write-back keep the lines of every commit since the slot's last flush
+    // in one list; a deferring commit that cleared it (as an eager commit does once it has
+    // flushed them) would leave earlier commits' lines unflushed while the batch at the close
+    // lets CT pass them.
+    namespace d = tlptm::detail;
+    struct candidate {
+        std::string name;
+        scenario s;
+    };
+    // list does not catch it in adaptive mode: its only deferring commits (an update of the
+    // first node, then the pop that frees that node) drop lines that the next commit writes
+    // again or frees.
+    auto with = [](scenario s, tlptm::write_back wb, const char* name) {
+        s.options.write_back = wb;
+        return candidate{s.name + "/" + name, s};
+    };
+    const candidate cases[] = {
+        with(sc::single_word(tlptm::log_mode::tlptm, 4), tlptm::write_back::adaptive, "adaptive"),
+        with(sc::single_word(tlptm::log_mode::tlptm, 4), tlptm::write_back::lazy, "lazy"),
+        with(sc::list(tlptm::log_mode::tlptm, 8), tlptm::write_back::lazy, "lazy"),
+    };
+    for (const candidate& c : cases) {
+        CAPTURE(c.name);
+        sweep_config cfg = mutation_config();
+        sweep_result base = run_sweep(c.s, cfg);
+        CHECK(base.violations == 0);
+        d::active_mutation.store(d::mutation::deferred_lines_dropped);
+        sweep_result r = run_sweep(c.s, cfg);
+        d::active_mutation.store(d::mutation::none);
+        MESSAGE("deferred_lines_dropped/" << c.name << ": " << r.summary());
+        std::size_t fresh = 0;
+        for (const auto& [where, msg] : r.failing_points)
+            if (!base.failing_points.count(where) && fresh++ < 1)
+                MESSAGE("  caught: " << msg);
+        CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice the dropped lines");
     }
 }
 

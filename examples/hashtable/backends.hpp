@@ -156,12 +156,19 @@ private:
         o.mode = c.mode;
         o.durability = c.durability;
         o.emulate_write_ns = c.write_ns;
-        // TLPTM_WRITE_BACK=eager|lazy|prompt compares the write-back policies (default: the
-        // library's, eager).
-        if (const char* wb = std::getenv("TLPTM_WRITE_BACK"))
-            o.write_back = std::string(wb) == "lazy"     ? tlptm::write_back::lazy
-                           : std::string(wb) == "prompt" ? tlptm::write_back::prompt
-                                                         : tlptm::write_back::eager;
+        // TLPTM_WRITE_BACK=eager|lazy|prompt|adaptive compares the write-back policies
+        // (default, or another value: the library's default).
+        if (const char* wb = std::getenv("TLPTM_WRITE_BACK")) {
+            const std::string v(wb);
+            if (v == "eager")
+                o.write_back = tlptm::write_back::eager;
+            else if (v == "lazy")
+                o.write_back = tlptm::write_back::lazy;
+            else if (v == "prompt")
+                o.write_back = tlptm::write_back::prompt;
+            else if (v == "adaptive")
+                o.write_back = tlptm::write_back::adaptive;
+        }
         // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
         // library's, auto: measured when the pool opens).
         if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {

@@ -71,6 +71,16 @@ enum class write_back {
     /// b and c on an Intel Xeon guest, whose locked instructions waited for the flushes
     /// (docs/design.md, "Writing back"); hence not the default.
     prompt,
+    /// Eager for a commit whose fence waits for flushes of its own anyway (the new blocks its
+    /// log entry covers: an insert), lazy for one whose fence would otherwise wait only for its
+    /// log entry (an update of existing data). A pure update leaves its lines unflushed; the
+    /// thread's next commit that flushes anyway flushes them under the same fence, and a thread
+    /// that only updates flushes them in batches of pool_options::write_back_lines, as lazy
+    /// write-back does. A flush (CLWB) that is written back to memory takes longer to persist
+    /// than a log entry's non-temporal stores (one NT entry + SFENCE 117-128 ns against
+    /// store + CLWB + SFENCE 187-202 ns on an AMD EPYC guest), so an update that flushes adds
+    /// that difference to its round trip, while an insert pays it for its new node anyway.
+    adaptive,
 };
 
 /// How a commit's log entry reaches persistent memory (CPU flushes only: msync writes pages).

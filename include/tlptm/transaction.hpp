@@ -715,6 +715,18 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
     return covered_blocks_crc(st.base, s.covered);
 }
 
+/// write_back::adaptive: whether this commit leaves the lines it writes back, and the slot's
+/// pending ones, unflushed (as lazy write-back does). It does unless its F1 waits for flushes
+/// of its own anyway (the blocks its entry covers, flushed before F1: the pending lines'
+/// flushes then join them under the same fence), or it writes back more than one line: a line
+/// left to a batch costs about half what deferring saves (docs/design.md, "Adaptive
+/// write-back"), so a commit of several lines is cheaper flushed at once.
+inline bool defers_write_back(const thread_slot& s) noexcept {
+    const auto& runs = s.writes.runs();
+    return s.covered.empty() &&
+           runs[0].offset / cache_line == (runs[runs.size() - 1].end() - 1) / cache_line;
+}
+
 /// Leaves a commit that failed after step 1 (an exception from the persistence path, or an
 /// allocation failure): no orec stays locked and no in_flight mark leaks (DESIGN §6).
 /// `committed`: F1 completed, so the entry is durable and the transaction's values are written
@@ -813,8 +825,9 @@ inline void commit(thread_slot& s) {
     ++ts;
     if (!previous_unfenced && !late)
         s.in_flight.store(ts, std::memory_order_release);
-    const bool lazy = st.write_back_mode == write_back::lazy;
     const bool prompt = st.write_back_mode == write_back::prompt;
+    const bool lazy = st.write_back_mode == write_back::lazy ||
+                      (st.write_back_mode == write_back::adaptive && defers_write_back(s));
     bool touched = false, committed = false, counted = false;
     try {
         if (ts > max_commit_ts) {
@@ -877,10 +890,17 @@ inline void commit(thread_slot& s) {
         bool carried = false, rewritten = false, pending_cleared = false;
         if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush) &&
             !mutated(mutation::no_persistence)) {
-            if (prompt && s.lines_flushed)
+            if (prompt && s.lines_flushed) {
                 rewritten = rewrites_previous_lines(s);
-            else
+            } else {
+                // Adaptive: lines left by several commits are in commit order, not ascending
+                // (a line written by two of them twice, which does no harm).
+                auto& d = s.dirty_lines;
+                if (st.write_back_mode == write_back::adaptive &&
+                    !std::is_sorted(d.begin(), d.end()))
+                    std::sort(d.begin(), d.end());
                 rewritten = carried = flush_previous_lines(s);
+            }
         }
         const bool flush_after_write_back = prompt && !rewritten;
         if ((!s.covered.empty() || mutated(mutation::aalo_not_covered)) &&
@@ -896,7 +916,7 @@ inline void commit(thread_slot& s) {
         // read as its own (released_by_last_commit: only this slot reads them, in its next
         // attempt). With the flushes issued last, paired slices on the Intel guest measured
         // inserts (a) 44 ns and b 27 ns a transaction faster, c at 256 B 35 ns, c at 8 B the same.
-        if (!lazy && previous_unfenced)
+        if ((!lazy || mutated(mutation::deferred_lines_dropped)) && previous_unfenced)
             s.dirty_lines.clear();
         thread_counters::add(c.data_bytes_written, record_write_back(s, s.dirty_lines));
         if (s.locks.size() <= s.own_orecs.size()) {

@@ -52,6 +52,8 @@ enum class mutation : std::uint8_t {
     carried_as_flushed, ///< eager: a line left to the next write-back counts as durable (I2)
     own_version_only,   ///< a read above the snapshot at the slot's last ts counts as its own
                         ///< without the orec being one that the slot's last commit released
+    deferred_lines_dropped, ///< a commit that leaves its write-back unflushed (lazy, or
+                            ///< adaptive) forgets the lines earlier commits left unflushed
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
