@@ -587,8 +587,12 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
                 static_cast<double>(base.size) / (1 << 20),
                 static_cast<unsigned long long>(buckets), write_ns.c_str());
     for (int i = 0; i < 2; ++i)
-        std::printf("  log entries of %c: %s\n", "AB"[i],
-                    workloads::describe_log_write(sides[i]->pool.chosen_log_write()).c_str());
+        std::printf("  log entries of %c: %s; write-back %s\n", "AB"[i],
+                    workloads::describe_log_write(sides[i]->pool.chosen_log_write()).c_str(),
+                    workloads::describe_write_back(sides[i]->pool.chosen_write_back(),
+                                                   opt[i].write_back,
+                                                   sides[i]->pool.chosen_log_write())
+                        .c_str());
     std::fflush(stdout);
 
     preload(a, keys);

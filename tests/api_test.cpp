@@ -597,6 +597,40 @@ TEST_CASE("log_write: nothing is measured when the method is given, in msync mod
     CHECK(traced.chosen_log_write().method == tlptm::log_write::non_temporal);
 }
 
+TEST_CASE("write_back::automatic: adaptive where a flushed line measured clearly slower than a "
+          "non-temporal entry, eager otherwise or when nothing was measured") {
+    namespace d = tlptm::detail;
+    using wb = tlptm::write_back;
+    tlptm::log_write_choice c;
+    c.measured = true;
+    c.method = tlptm::log_write::non_temporal;
+    c.non_temporal_small_ns = 120;
+    c.store_and_flush_small_ns = 120 * d::adaptive_flush_ratio;
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::adaptive);
+    c.store_and_flush_small_ns = 120 * d::adaptive_flush_ratio - 1; // the Intel guests: 1.0-1.2
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
+    c.store_and_flush_small_ns = 200;
+    c.method = tlptm::log_write::store_and_flush; // the entry's fence waits for a flush anyway
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
+    c.method = tlptm::log_write::non_temporal;
+    c.measured = false; // msync, a test policy, a given log_write
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
+    for (wb given : {wb::eager, wb::lazy, wb::prompt, wb::adaptive})
+        CHECK(d::resolve_write_back(given, c) == given);
+
+    // A pool reports what it resolved: a test policy measures nothing (eager); a given policy
+    // is kept.
+    tlptm_test::temp_path a("write-back-policy"), b("write-back-given");
+    tlptm_test::ram_policy policy;
+    auto traced = tlptm::pool::create(a, tlptm_test::options_with(policy));
+    CHECK(traced.chosen_write_back() == wb::eager);
+    auto opt = tlptm_test::small_options();
+    opt.write_back = wb::adaptive;
+    auto given = tlptm::pool::create(b, opt);
+    CHECK(given.chosen_write_back() == wb::adaptive);
+    CHECK(std::string(tlptm::to_string(given.chosen_write_back())) == "adaptive");
+}
+
 TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update, eager write-back") {
     tlptm_test::temp_path path("stats");
     auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);

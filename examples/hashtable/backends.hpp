@@ -76,6 +76,24 @@ private:
 
 /// "non-temporal stores", or each size's method when they differ, and the measurement
 /// behind them if the library measured.
+/// The write-back policy a pool chose, and why (`asked`: what its options said).
+inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_back asked,
+                                       const tlptm::log_write_choice& c) {
+    std::string s = tlptm::to_string(chosen);
+    if (asked != tlptm::write_back::automatic)
+        return s + ", as given";
+    char buf[160];
+    if (c.measured && c.non_temporal_small_ns > 0)
+        std::snprintf(buf, sizeof buf,
+                      ", automatic: small entries with stores + CLWB took %.2f x non-temporal "
+                      "(adaptive from %.1f x)",
+                      c.store_and_flush_small_ns / c.non_temporal_small_ns,
+                      tlptm::detail::adaptive_flush_ratio);
+    else
+        std::snprintf(buf, sizeof buf, ", automatic: nothing measured");
+    return s + buf;
+}
+
 inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     auto how = [](tlptm::log_write w) {
         return w == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
@@ -112,11 +130,18 @@ public:
         : file_(c.path), options_(options_for(c)), pool_(tlptm::pool::create(c.path, options_)),
           table_(table_type::create(pool_, c.bucket_count)) {
         last_log_write = pool_.chosen_log_write();
+        last_write_back = {pool_.chosen_write_back(), options_.write_back};
     }
 
     /// How the last pool wrote its log entries (the same for every run of a process: the
     /// library measures once per device). Empty until a pool was made.
     static inline std::optional<tlptm::log_write_choice> last_log_write;
+    /// The write-back policy of the last pool (automatic resolved: the same for every run of a
+    /// process unless TLPTM_WRITE_BACK names one).
+    struct write_back_choice {
+        tlptm::write_back chosen, asked;
+    };
+    static inline std::optional<write_back_choice> last_write_back;
 
     tlptm_backend(const tlptm_backend&) = delete; // the table points at pool_
     tlptm_backend& operator=(const tlptm_backend&) = delete;

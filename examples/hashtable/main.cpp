@@ -396,8 +396,12 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                          "dependent cache miss %.0f ns\n",
                          floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns);
     }
-    if (const auto& lw = tlptm_backend<N>::last_log_write; lw && !o.quiet)
+    if (const auto& lw = tlptm_backend<N>::last_log_write; lw && !o.quiet) {
         print_log_write(out, *lw);
+        if (const auto& wb = tlptm_backend<N>::last_write_back)
+            std::fprintf(out, "tlptm write-back: %s\n",
+                         describe_write_back(wb->chosen, wb->asked, *lw).c_str());
+    }
     std::size_t failed = 0;
     bool ran_volatile = false;
     for (const run_result& r : rows) {

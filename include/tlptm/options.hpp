@@ -67,9 +67,10 @@ struct pool_options {
     /// writes (the paper uses 500 ns). Unset: the environment variable TLPTM_EMULATE_WRITE_NS,
     /// else 0.
     std::optional<std::uint32_t> emulate_write_ns = std::nullopt;
-    /// How write-back becomes durable (see tlptm::write_back); this opening only. Eager is the
-    /// default because it measured faster on the workloads (docs/design.md, "Write-back").
-    tlptm::write_back write_back = tlptm::write_back::eager;
+    /// How write-back becomes durable (see tlptm::write_back); this opening only. Automatic
+    /// chooses adaptive or eager from what the pool measures when it opens (see
+    /// tlptm::write_back::automatic); pool::chosen_write_back() tells which.
+    tlptm::write_back write_back = tlptm::write_back::automatic;
     /// How log entries are written (see tlptm::log_write); this opening only. Automatic
     /// measures both ways on the pool's log rings when the pool opens (once per device and
     /// process) and takes the faster, for small entries and for large ones
@@ -79,9 +80,9 @@ struct pool_options {
     /// Large log entries (log_write_choice::large_entry_bytes and more) are written this way
     /// instead. Unset or automatic: as log_write says.
     std::optional<tlptm::log_write> large_log_write = std::nullopt;
-    /// Lazy write-back: a thread's batch is written back once it has this many distinct dirty
-    /// lines (the high watermark). Larger batches mean fewer fences and more log to replay after
-    /// a crash (bounded by the ring anyway).
+    /// Lazy and adaptive write-back: a thread's batch is written back once it has this many
+    /// distinct dirty lines (the high watermark). Larger batches mean fewer fences and more log to
+    /// replay after a crash (bounded by the ring anyway).
     std::size_t write_back_lines = 256;
     /// Tests only: a policy that receives every persistence operation instead of the CPU /
     /// msync path. Must outlive the pool.

@@ -81,7 +81,30 @@ enum class write_back {
     /// store + CLWB + SFENCE 187-202 ns on an AMD EPYC guest), so an update that flushes adds
     /// that difference to its round trip, while an insert pays it for its new node anyway.
     adaptive,
+    /// The default: adaptive if the pool measured, when it opened, that a flushed line takes
+    /// clearly longer to persist than a small log entry written with non-temporal stores
+    /// (detail::adaptive_flush_ratio), eager otherwise (nothing measured: msync, a test policy,
+    /// an explicit log_write; or entries written with stores and CLWB, whose fence waits for a
+    /// flush anyway). pool::chosen_write_back() tells which.
+    automatic,
 };
+
+/// The name of a write-back policy, as pool_options spells it.
+inline const char* to_string(write_back w) noexcept {
+    switch (w) {
+    case write_back::eager:
+        return "eager";
+    case write_back::lazy:
+        return "lazy";
+    case write_back::prompt:
+        return "prompt";
+    case write_back::adaptive:
+        return "adaptive";
+    case write_back::automatic:
+        return "automatic";
+    }
+    return "?";
+}
 
 /// How a commit's log entry reaches persistent memory (CPU flushes only: msync writes pages).
 /// Either way the entry is durable after the commit's fence (F1); only the instructions and

@@ -291,6 +291,8 @@ public:
     /// How this opening writes log entries (pool_options::log_write), and when that was
     /// automatic, the measurement that chose the method.
     const log_write_choice& chosen_log_write() const { return state().log_choice; }
+    /// The write-back policy in force (pool_options::write_back, with automatic resolved).
+    tlptm::write_back chosen_write_back() const { return state().write_back_mode; }
 
     /// Internal: the shared state (for tlptm::atomic and tools).
     detail::pool_state& state() const {

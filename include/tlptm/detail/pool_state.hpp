@@ -219,6 +219,27 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     std::atomic<std::uint32_t> revoke{0};
 };
 
+/// write_back::automatic chooses adaptive write-back when store + CLWB + SFENCE of a small
+/// entry measured at least this many times a non-temporal one. Adaptive saves, on each update
+/// of one line, the difference between the two (its fence then waits for its entry only),
+/// and costs a batch flush per line later; on the AMD EPYC guest of 2026-12-06 the ratio was
+/// 1.6-1.7 and adaptive made c 13 % faster (docs/design.md, "Adaptive write-back"); on the
+/// Intel Xeon guests of earlier sessions it was 1.0-1.2 and lazy write-back, which defers the
+/// same updates, was not faster on c.
+inline constexpr double adaptive_flush_ratio = 1.3;
+
+/// The write-back policy in force for `asked` (write_back::automatic resolved with the pool's
+/// log-write measurement).
+inline tlptm::write_back resolve_write_back(tlptm::write_back asked,
+                                            const log_write_choice& c) noexcept {
+    if (asked != write_back::automatic)
+        return asked;
+    if (c.measured && c.method == log_write::non_temporal && c.non_temporal_small_ns > 0 &&
+        c.store_and_flush_small_ns >= adaptive_flush_ratio * c.non_temporal_small_ns)
+        return write_back::adaptive;
+    return write_back::eager;
+}
+
 /// Everything an open pool shares between threads. Created by create_state / open_state, owned
 /// by tlptm::pool through a shared_ptr (threads hold weak references to release their slot).
 struct pool_state {
@@ -701,7 +722,7 @@ struct pool_state {
         enable_asymmetric_fences(); // before the pool's first transaction
         header = reinterpret_cast<pool_header*>(base);
         mode = opt.mode;
-        write_back_mode = opt.write_back;
+        write_back_mode = resolve_write_back(opt.write_back, log_choice);
         write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
         populate_on_use = opt.populate && !opt.prefault && persist.mode() == persistence::kind::cpu;
         heap_begin = header->heap_offset;
