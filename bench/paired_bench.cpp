@@ -542,8 +542,8 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
     const std::uint64_t node_bytes = std::bit_ceil(sizeof(typename side<N>::table_type::node_type));
     base.size = (std::size_t{64} << 20) + std::size_t{base.max_threads} * (std::size_t{2} << 20) +
                 2 * (max_keys * node_bytes + buckets * 8);
-    // The watermark is read by lazy write-back only: compared under the default (eager) it
-    // would compare nothing.
+    // The watermark is read by lazy write-back, and by adaptive for the lines it defers:
+    // compared under eager write-back it would compare nothing, so it is compared under lazy.
     if (cmp.what == knob::write_back_lines)
         base.write_back = tlptm::write_back::lazy;
     tlptm::pool_options opt[2] = {base, base};

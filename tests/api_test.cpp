@@ -607,7 +607,7 @@ TEST_CASE("write_back::automatic: adaptive where a flushed line measured clearly
     c.non_temporal_small_ns = 120;
     c.store_and_flush_small_ns = 120 * d::adaptive_flush_ratio;
     CHECK(d::resolve_write_back(wb::automatic, c) == wb::adaptive);
-    c.store_and_flush_small_ns = 120 * d::adaptive_flush_ratio - 1; // the Intel guests: 1.0-1.2
+    c.store_and_flush_small_ns = 120 * d::adaptive_flush_ratio - 1; // just below the ratio
     CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
     c.store_and_flush_small_ns = 200;
     c.method = tlptm::log_write::store_and_flush; // the entry's fence waits for a flush anyway

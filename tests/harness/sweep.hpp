@@ -495,9 +495,9 @@ private:
         tlptm::pool_options o = sc_.options;
         // Every write-back policy: scheduled runs choose by seed (even seeds eager; odd seeds
         // in turn lazy, prompt and adaptive: seed / 2 mod 3); the other sweeps run the
-        // scenario's (the library's default unless it says otherwise; crash_test covers all
-        // four). Eager keeps half the seeds, as before adaptive existed, so that the mutation
-        // tests that need it (carried_as_flushed) reach it as often.
+        // scenario's (eager unless it says otherwise: automatic measures nothing under a test
+        // policy; crash_test covers all four). Eager keeps half the seeds, as before adaptive
+        // existed, so that the mutation tests that need it (carried_as_flushed) reach it as often.
         if (sc_.scheduled && cfg_.schedule.seed % 2 == 0)
             o.write_back = tlptm::write_back::eager;
         else if (sc_.scheduled)

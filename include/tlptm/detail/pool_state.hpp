@@ -223,9 +223,10 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
 /// entry measured at least this many times a non-temporal one. Adaptive saves, on each update
 /// of one line, the difference between the two (its fence then waits for its entry only),
 /// and costs a batch flush per line later; on the AMD EPYC guest of 2026-12-06 the ratio was
-/// 1.6-1.7 and adaptive made c 13 % faster (docs/design.md, "Adaptive write-back"); on the
-/// Intel Xeon guests of earlier sessions it was 1.0-1.2 and lazy write-back, which defers the
-/// same updates, was not faster on c.
+/// 1.5-1.7 and adaptive made c up to 14 % faster (docs/design.md, "Adaptive write-back"); the
+/// Intel Xeon guests of earlier sessions wrote small entries faster with stores and CLWB (so
+/// the rule keeps eager there), and lazy write-back, which defers the same updates, was not
+/// faster on c.
 inline constexpr double adaptive_flush_ratio = 1.3;
 
 /// The write-back policy in force for `asked` (write_back::automatic resolved with the pool's
