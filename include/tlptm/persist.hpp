@@ -77,9 +77,10 @@ enum class write_back {
     /// thread's next commit that flushes anyway flushes them under the same fence, and a thread
     /// that only updates flushes them in batches of pool_options::write_back_lines, as lazy
     /// write-back does. A flush (CLWB) that is written back to memory takes longer to persist
-    /// than a log entry's non-temporal stores (one NT entry + SFENCE 117-128 ns against
-    /// store + CLWB + SFENCE 187-202 ns on an AMD EPYC guest), so an update that flushes adds
-    /// that difference to its round trip, while an insert pays it for its new node anyway.
+    /// than a log entry's non-temporal stores (a small entry + SFENCE: 118-126 ns non-temporal,
+    /// 181-197 ns with stores + CLWB, measured as pools opened on an AMD EPYC guest), so an
+    /// update that flushes adds that difference to its round trip, while an insert pays it for
+    /// its new node anyway.
     adaptive,
     /// The default: adaptive if the pool measured, when it opened, that a flushed line takes
     /// clearly longer to persist than a small log entry written with non-temporal stores
