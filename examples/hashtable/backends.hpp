@@ -74,8 +74,6 @@ private:
     std::string path_;
 };
 
-/// "non-temporal stores", or each size's method when they differ, and the measurement
-/// behind them if the library measured.
 /// The write-back policy a pool chose, and why (`asked`: what its options said).
 inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_back asked,
                                        const tlptm::log_write_choice& c) {
@@ -94,6 +92,8 @@ inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_ba
     return s + buf;
 }
 
+/// "non-temporal stores", or each size's method when they differ, and the measurement
+/// behind them if the library measured.
 inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     auto how = [](tlptm::log_write w) {
         return w == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
