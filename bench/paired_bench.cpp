@@ -127,7 +127,7 @@ void print_usage(std::FILE* out) {
         "usage: paired_bench --compare OPTION=A,B [options]\n"
         "  --compare OPTION=A,B  the pool option compared, A's value then B's; one of\n"
         "                        log_write=automatic|non_temporal|store_and_flush (two of them)\n"
-        "                        write_back=eager|lazy|prompt|adaptive (two of them)\n"
+        "                        write_back=automatic|eager|lazy|prompt|adaptive (two)\n"
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
@@ -178,19 +178,13 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
                           "store_and_flush, got '" +
                           v + "'");
     case knob::write_back:
-        if (v == "eager")
-            o.write_back = tlptm::write_back::eager;
-        else if (v == "lazy")
-            o.write_back = tlptm::write_back::lazy;
-        else if (v == "prompt")
-            o.write_back = tlptm::write_back::prompt;
-        else if (v == "adaptive")
-            o.write_back = tlptm::write_back::adaptive;
-        else
-            throw usage_error("--compare write_back: the values are eager, lazy, prompt and "
-                              "adaptive, got '" +
-                              v + "'");
-        return;
+        if (const auto w = workloads::parse_write_back(v)) {
+            o.write_back = *w;
+            return;
+        }
+        throw usage_error("--compare write_back: the values are automatic, eager, lazy, prompt "
+                          "and adaptive, got '" +
+                          v + "'");
     case knob::mode:
         for (auto m : {tlptm::log_mode::baseline, tlptm::log_mode::aalo, tlptm::log_mode::cblo,
                        tlptm::log_mode::tlptm})

@@ -32,6 +32,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -45,6 +46,15 @@
 #endif
 
 namespace workloads {
+
+/// The write-back policy whose name (tlptm::to_string) is `name`; empty for any other string.
+inline std::optional<tlptm::write_back> parse_write_back(std::string_view name) {
+    for (auto w : {tlptm::write_back::automatic, tlptm::write_back::eager, tlptm::write_back::lazy,
+                   tlptm::write_back::prompt, tlptm::write_back::adaptive})
+        if (name == tlptm::to_string(w))
+            return w;
+    return std::nullopt;
+}
 
 /// What a backend needs to know to make the pool of one run.
 struct backend_config {
@@ -181,18 +191,15 @@ private:
         o.mode = c.mode;
         o.durability = c.durability;
         o.emulate_write_ns = c.write_ns;
-        // TLPTM_WRITE_BACK=eager|lazy|prompt|adaptive compares the write-back policies
-        // (default, or another value: the library's default).
-        if (const char* wb = std::getenv("TLPTM_WRITE_BACK")) {
-            const std::string v(wb);
-            if (v == "eager")
-                o.write_back = tlptm::write_back::eager;
-            else if (v == "lazy")
-                o.write_back = tlptm::write_back::lazy;
-            else if (v == "prompt")
-                o.write_back = tlptm::write_back::prompt;
-            else if (v == "adaptive")
-                o.write_back = tlptm::write_back::adaptive;
+        // TLPTM_WRITE_BACK=eager|lazy|prompt|adaptive|automatic compares the write-back
+        // policies (default: the library's, automatic).
+        if (const char* wb = std::getenv("TLPTM_WRITE_BACK"); wb && *wb) {
+            const auto w = parse_write_back(wb);
+            if (!w)
+                throw std::invalid_argument("TLPTM_WRITE_BACK must be eager, lazy, prompt, "
+                                            "adaptive or automatic, not '" +
+                                            std::string(wb) + "'");
+            o.write_back = *w;
         }
         // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
         // library's, auto: measured when the pool opens).
