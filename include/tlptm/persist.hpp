@@ -674,6 +674,9 @@ public:
     kind mode() const noexcept { return kind_; }
     std::uint32_t write_ns() const noexcept { return write_ns_; }
     bool traced() const noexcept { return override_ != nullptr; }
+    /// True when flush() and flush_lines() are CPU cache-line write-backs (CLWB, CLFLUSHOPT or
+    /// CLFLUSH), which take lines in any order and a line twice at no more than a flush's cost.
+    bool flushes_cpu_lines() const noexcept { return kind_ == kind::cpu && !override_; }
 
     /// Copies n bytes into the pool (a log entry) with non-temporal stores, or with stores and
     /// flushes of their lines (log_write, chosen per size); durable after fence().

@@ -541,16 +541,34 @@ inline void store_run_words(std::uint64_t* w, const std::uint64_t* v, std::uint3
 /// The lines that write_back_words will write, appended to `lines` (the runs are sorted, so
 /// equal lines are adjacent), and the bytes it will write. Called before F1, with the rest of
 /// the commit's bookkeeping (see commit: stores issued after F1 wait behind it).
-inline std::uint64_t record_write_back(const thread_slot& s, append_vector<std::uint64_t>& lines) {
+///
+/// `deferred`: the lines stay pending after this commit (lazy write-back, adaptive's
+/// deferring commits), and a line that is pending already, found at the position
+/// s.pending_line_at recorded for it, is not appended again: the batch that flushes it comes
+/// after this commit's stores, so it writes them back too.
+inline std::uint64_t record_write_back(thread_slot& s, append_vector<std::uint64_t>& lines,
+                                       bool deferred) {
     std::uint64_t bytes = 0, last_line = ~std::uint64_t{0};
     for (const write_set::run& r : s.writes.runs()) {
         bytes += r.mask == write_set::full ? 8 * std::uint64_t{r.words}
                                            : static_cast<std::uint64_t>(std::popcount(r.mask)) / 8;
-        for (std::uint64_t l = r.offset / cache_line; l <= (r.end() - 1) / cache_line; ++l)
-            if (l != last_line) {
-                lines.push_back(l);
-                last_line = l;
+        for (std::uint64_t l = r.offset / cache_line; l <= (r.end() - 1) / cache_line; ++l) {
+            if (l == last_line)
+                continue;
+            last_line = l;
+            if (deferred) {
+                std::uint32_t& at = s.pending_line_at[(l * 0x9E3779B97F4A7C15u) >>
+                                                      (64 - thread_slot::pending_line_hash_bits)];
+                // The bug of the mutation: trusting a position that a batch has cleared since
+                // (the buffer still holds the old lines past the end).
+                const std::size_t valid =
+                    mutated(mutation::pending_line_stale) ? lines.capacity() : lines.size();
+                if (at < valid && lines[at] == l)
+                    continue;
+                at = static_cast<std::uint32_t>(lines.size());
             }
+            lines.push_back(l);
+        }
     }
     return bytes;
 }
@@ -895,7 +913,8 @@ inline void commit(thread_slot& s) {
                 rewritten = rewrites_previous_lines(s);
             } else {
                 // Adaptive: lines left by several commits are in commit order, not ascending
-                // (a line written by two of them twice, which does no harm).
+                // (a line written by two of them twice, if their hashes in pending_line_at
+                // collide, which does no harm).
                 auto& d = s.dirty_lines;
                 if (st.write_back_mode == write_back::adaptive &&
                     !std::is_sorted(d.begin(), d.end()))
@@ -919,7 +938,7 @@ inline void commit(thread_slot& s) {
         // inserts (a) 44 ns and b 27 ns a transaction faster, c at 256 B 35 ns, c at 8 B the same.
         if ((!lazy || mutated(mutation::deferred_lines_dropped)) && previous_unfenced)
             s.dirty_lines.clear();
-        thread_counters::add(c.data_bytes_written, record_write_back(s, s.dirty_lines));
+        thread_counters::add(c.data_bytes_written, record_write_back(s, s.dirty_lines, lazy));
         if (s.locks.size() <= s.own_orecs.size()) {
             std::uint32_t n = 0;
             for (auto [idx, old] : s.locks)
@@ -984,15 +1003,11 @@ inline void commit(thread_slot& s) {
         if (!s.alloc.claims.empty() || !s.alloc.sb_claims.empty())
             s.committed = true; // only finish_attempt's release_claims reads it
 
-        // Lazy: the high watermark. Duplicates are dropped first, so that a hot line counts
-        // once; the batch fences once for all of them and lets CT pass this slot's commits.
-        if (lazy && s.dirty_lines.size() >= st.write_back_lines) {
-            auto& d = s.dirty_lines;
-            std::sort(d.begin(), d.end());
-            d.erase(std::unique(d.begin(), d.end()), d.end());
-            if (d.size() >= st.write_back_lines / 2 + 1)
-                st.settle_locked(s, s.pctx);
-        }
+        // Lazy: the high watermark, in distinct lines (record_write_back appends a pending
+        // line once, so a hot line counts once); the batch fences once for all of them and
+        // lets CT pass this slot's commits.
+        if (lazy && s.dirty_lines.size() >= st.write_back_lines)
+            st.settle_locked(s, s.pctx);
         // Freed blocks wait for I3 before anyone gets them again: until CT passes ts and every
         // attempt with a snapshot below ts has ended. The clock is raised to ts, so that the
         // attempts that begin from now on do not hold them back.

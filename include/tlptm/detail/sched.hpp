@@ -54,6 +54,8 @@ enum class mutation : std::uint8_t {
                         ///< without the orec being one that the slot's last commit released
     deferred_lines_dropped, ///< a commit that leaves its write-back unflushed (lazy, or
                             ///< adaptive) forgets the lines earlier commits left unflushed
+    pending_line_stale,     ///< deferred write-back: a line whose recorded position lies past
+                            ///< the end of dirty_lines (cleared by a batch) counts as pending
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
