@@ -805,7 +805,7 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
         CHECK(ins.fences == 1);
         CHECK(ins.round_trips == 1);
         CHECK(ins.flushed_lines >= 1 + 3 + 1);
-        // An update of two lines flushes as eager: the insert's line goes now.
+        // An update of two lines (at most half of the 8-line batch) defers too.
         auto s2 = pool.stats();
         tlptm::atomic(pool, [&] {
             r->words[0] = 10;
@@ -814,7 +814,20 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
         auto two = pool.stats() - s2;
         CHECK(two.fences == 1);
         CHECK(two.round_trips == 1);
-        CHECK(two.flushed_lines >= 1);
+        CHECK(two.flushed_lines == 0);
+        CHECK(two.write_back_batches == 0);
+        // An update of five lines (more than half a batch) flushes as eager: the insert's
+        // line and the two-line update's go now, under its fence.
+        auto s5 = pool.stats();
+        tlptm::atomic(pool, [&] {
+            for (int i = 0; i < 5; ++i)
+                r->words[8 * i + 12] = static_cast<std::uint64_t>(30 + i);
+        });
+        auto five = pool.stats() - s5;
+        CHECK(five.fences == 1);
+        CHECK(five.round_trips == 1);
+        CHECK(five.flushed_lines >= 2); // (two of them may share a line)
+        CHECK(five.write_back_batches == 0);
         // One-line updates of distinct lines reach the watermark: one batch, one more fence.
         auto s3 = pool.stats();
         for (int i = 0; i < 8; ++i)
@@ -830,6 +843,8 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
     CHECK(pool.last_recovery().entries_replayed == 0); // the close flushed everything
     CHECK(r->words[0].get() == 10);
     CHECK(r->words[63].get() == 11);
+    for (int i = 0; i < 5; ++i)
+        CHECK(r->words[8 * i + 12].get() == static_cast<std::uint64_t>(30 + i));
     for (int i = 1; i <= 3; ++i)
         CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
     for (int i = 0; i < 8; ++i)

@@ -293,16 +293,21 @@ TEST_CASE("crash sweep: prompt write-back (lines flushed right after their write
 }
 
 TEST_CASE("crash sweep: adaptive write-back (updates leave their lines, inserts flush them)") {
-    // single-word's commits all defer (one line each, nothing allocated) until the close's
-    // batch; multi-word and ring-wrap write several lines, so they flush as eager; list mixes
-    // them: its inserts cover their new nodes and flush the lines that the update and the pop
-    // before them left (free-reuse as well, with CT held back by those lines).
+    // single-word, multi-word and ring-wrap commit updates that cover nothing and write at
+    // most half a batch of lines, so they all defer until the close's batch or a ring wrap;
+    // multi-word once more with 4-line batches, where its 5 lines a commit flush as eager; list
+    // mixes them: its inserts cover their new nodes and flush the lines that the update and the
+    // pop before them left (free-reuse as well, with CT held back by those lines).
     sweep_size size = sweep_settings();
     sweep_result total;
     for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
-        for (scenario s : {sc::single_word(mode, 4 * size.scale),
-                           sc::multi_word(mode, 3 * size.scale), sc::list(mode, 8 * size.scale),
-                           sc::ring_wrap(mode, 7 * size.scale), sc::free_reuse(mode)}) {
+        scenario wide = sc::multi_word(mode, 3 * size.scale);
+        wide.options.write_back_lines = 4;
+        wide.name += "/4-line-batches";
+        for (scenario s :
+             {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale), wide,
+              sc::list(mode, 8 * size.scale), sc::ring_wrap(mode, 7 * size.scale),
+              sc::free_reuse(mode)}) {
             s.options.write_back = tlptm::write_back::adaptive;
             sweep_result r = sweep(s, size.cfg);
             CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");

@@ -72,8 +72,9 @@ enum class write_back {
     /// (docs/design.md, "Writing back"); hence not the default.
     prompt,
     /// Eager for a commit whose fence waits for flushes of its own anyway (the new blocks its
-    /// log entry covers: an insert), lazy for one whose fence would otherwise wait only for its
-    /// log entry (an update of existing data). A pure update leaves its lines unflushed; the
+    /// log entry covers: an insert) or that writes back more than half of
+    /// pool_options::write_back_lines, lazy for one whose fence would otherwise wait only for
+    /// its log entry (an update of existing data). A pure update leaves its lines unflushed; the
     /// thread's next commit that flushes anyway flushes them under the same fence, and a thread
     /// that only updates flushes them in batches of pool_options::write_back_lines, as lazy
     /// write-back does. A flush (CLWB) that is written back to memory takes longer to persist

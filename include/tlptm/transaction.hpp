@@ -736,14 +736,23 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
 /// write_back::adaptive: whether this commit leaves the lines it writes back, and the slot's
 /// pending ones, unflushed (as lazy write-back does). It does unless its F1 waits for flushes
 /// of its own anyway (the blocks its entry covers, flushed before F1: the pending lines'
-/// flushes then join them under the same fence), or it writes back more than one line: each
-/// line left to a batch costs its share of the batch, and on the AMD guest workload c deferred
-/// was 32 ns a transaction faster at one line (8 B values) and 92 ns slower at five (256 B)
-/// (docs/design.md, "Adaptive write-back").
-inline bool defers_write_back(const thread_slot& s) noexcept {
-    const auto& runs = s.writes.runs();
-    return s.covered.empty() &&
-           runs[0].offset / cache_line == (runs[runs.size() - 1].end() - 1) / cache_line;
+/// flushes then join them under the same fence), or it writes back more than half a batch
+/// (`batch_lines`, pool_options::write_back_lines), which would make it pay a batch's fence of
+/// its own at once. Deferred lines cost a share of a batch (a CLWB each, one fence for all),
+/// far less than the wait a flushed line adds to F1 on the AMD guest: workload c was 32 ns a
+/// transaction faster deferred at one line (8 B values), and 47 ns at five (256 B, table in
+/// the cache) once batches no longer sorted their lines (docs/design.md, "Adaptive
+/// write-back").
+inline bool defers_write_back(const thread_slot& s, std::size_t batch_lines) noexcept {
+    if (!s.covered.empty())
+        return false;
+    std::size_t lines = 0; // an upper bound: two runs may share a line
+    for (const write_set::run& r : s.writes.runs()) {
+        lines += (r.end() - 1) / cache_line - r.offset / cache_line + 1;
+        if (2 * lines > batch_lines)
+            return false;
+    }
+    return true;
 }
 
 /// Leaves a commit that failed after step 1 (an exception from the persistence path, or an
@@ -845,8 +854,9 @@ inline void commit(thread_slot& s) {
     if (!previous_unfenced && !late)
         s.in_flight.store(ts, std::memory_order_release);
     const bool prompt = st.write_back_mode == write_back::prompt;
-    const bool lazy = st.write_back_mode == write_back::lazy ||
-                      (st.write_back_mode == write_back::adaptive && defers_write_back(s));
+    const bool lazy =
+        st.write_back_mode == write_back::lazy ||
+        (st.write_back_mode == write_back::adaptive && defers_write_back(s, st.write_back_lines));
     bool touched = false, committed = false, counted = false;
     try {
         if (ts > max_commit_ts) {

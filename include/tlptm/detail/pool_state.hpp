@@ -190,7 +190,7 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// Guarded by the commit section: written by the owner while `committing`, by a helper
     /// while `settle_wanted` and the owner is not committing (pool_state::settle).
     append_vector<std::uint64_t> dirty_lines;
-    /// Deferred write-back (lazy, and adaptive's one-line updates): where a line was last
+    /// Deferred write-back (lazy, and adaptive's updates): where a line was last
     /// appended to dirty_lines, by a hash of the line (record_write_back). A line found at its
     /// recorded position is pending already and not appended again, so that a hot line counts
     /// once towards write_back_lines and the batch needs no sort to drop duplicates. The
@@ -229,8 +229,8 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
 };
 
 /// write_back::automatic chooses adaptive write-back when store + CLWB + SFENCE of a small
-/// entry measured at least this many times a non-temporal one. Adaptive saves, on each update
-/// of one line, the difference between the two (its fence then waits for its entry only),
+/// entry measured at least this many times a non-temporal one. Adaptive saves, on each update,
+/// the difference between the two (its fence then waits for its entry only),
 /// and costs a batch flush per line later; on the AMD EPYC guest of 2026-12-06 the ratio was
 /// 1.5-1.7 and adaptive made c up to 14 % faster (docs/design.md, "Adaptive write-back"); the
 /// Intel Xeon guests of earlier sessions wrote small entries faster with stores and CLWB (so
