@@ -922,9 +922,9 @@ inline void commit(thread_slot& s) {
             if (prompt && s.lines_flushed) {
                 rewritten = rewrites_previous_lines(s);
             } else {
-                // Adaptive: lines left by several commits are in commit order, not ascending
-                // (a line written by two of them twice, if their hashes in pending_line_at
-                // collide, which does no harm).
+                // Adaptive: lines left by several commits are in commit order, not ascending,
+                // and a line can appear twice (record_write_back drops a repeat only where it
+                // finds the line at the position it recorded), which does no harm.
                 auto& d = s.dirty_lines;
                 if (st.write_back_mode == write_back::adaptive &&
                     !std::is_sorted(d.begin(), d.end()))
