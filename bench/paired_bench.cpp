@@ -70,7 +70,8 @@ constexpr bool have_hooks = false;
 #endif
 
 /// The switches --compare mutation accepts; each removes one persistence step, or all of them
-/// (no_persistence: what is left is the transaction machinery); none is durable.
+/// (no_persistence: what is left is the transaction machinery) and is not durable, except
+/// flush_new_blocks, the durable way covered blocks were written before 2026-12-06.
 struct switch_name {
     const char* name;
     tlptm::detail::mutation m;
@@ -80,6 +81,7 @@ constexpr switch_name attribution_switches[] = {
     {"no_commit_fence", tlptm::detail::mutation::no_commit_fence},
     {"no_write_back_flush", tlptm::detail::mutation::no_write_back_flush},
     {"no_persistence", tlptm::detail::mutation::no_persistence},
+    {"flush_new_blocks", tlptm::detail::mutation::flush_new_blocks},
 };
 
 tlptm::detail::mutation switch_of(const std::string& v) {
@@ -88,8 +90,9 @@ tlptm::detail::mutation switch_of(const std::string& v) {
             return w.m;
     throw usage_error("--compare mutation: the values are none, no_commit_fence (commits skip "
                       "F1), no_write_back_flush (eager commits skip the previous write-back's "
-                      "flushes) and no_persistence (commits write no entry and flush nothing), "
-                      "got '" +
+                      "flushes), no_persistence (commits write no entry and flush nothing) and "
+                      "flush_new_blocks (durable: the blocks an entry covers are flushed, not "
+                      "streamed, and adaptive write-back flushes at such commits), got '" +
                       v + "'");
 }
 
@@ -132,9 +135,10 @@ void print_usage(std::FILE* out) {
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
         "                        mutation=none|no_commit_fence|no_write_back_flush|\n"
-        "                                 no_persistence\n"
+        "                                 no_persistence|flush_new_blocks\n"
         "                          (paired_bench_hooks only: B drops one persistence step, or\n"
-        "                          all of them, and is not durable; both sides pay the test\n"
+        "                          all of them, and is not durable, or, flush_new_blocks,\n"
+        "                          flushes covered blocks as before; both sides pay the test\n"
         "                          hooks' checks)\n"
         "                        (the same value twice is an A/A run: it should show nothing)\n"
         "  --workload a|b|c      a: 100%% inserts of new keys, b: 50%% inserts / 50%% updates,\n"

@@ -774,6 +774,9 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
     auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
     opt.write_back = tlptm::write_back::adaptive;
     opt.write_back_lines = 8;
+    // Entries stored and flushed: an insert flushes the new node its entry covers (with
+    // non-temporal entries it streams it instead and defers, the next test case).
+    opt.log_write = tlptm::log_write::store_and_flush;
     {
         auto pool = tlptm::pool::create(path, opt);
         auto* r = pool.root<api_root>();
@@ -849,6 +852,54 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
         CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
     for (int i = 0; i < 8; ++i)
         CHECK(r->words[8 * i + 1].get() == static_cast<std::uint64_t>(20 + i));
+    CHECK(r->head.get()->key.get() == 2);
+    CHECK(r->head.get()->next.get()->key.get() == 1);
+}
+
+TEST_CASE("stats: with non-temporal entries an insert streams its new node and defers its "
+          "lines under adaptive write-back") {
+    tlptm_test::temp_path path("stats-adaptive-stream");
+    auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
+    opt.write_back = tlptm::write_back::adaptive;
+    opt.write_back_lines = 8;
+    opt.log_write = tlptm::log_write::non_temporal;
+    {
+        auto pool = tlptm::pool::create(path, opt);
+        auto* r = pool.root<api_root>();
+        tlptm::atomic(pool, [&] { r->u64 = 1; });
+        tlptm::atomic(pool, [&] { // the first insert takes a superblock
+            node* n = tlptm::make<node>();
+            n->key = 1;
+            r->head = n;
+        });
+        auto s0 = pool.stats();
+        tlptm::atomic(pool, [&] { r->words[8] = 5; }); // one line left pending
+        auto upd = pool.stats() - s0;
+        CHECK(upd.flushed_lines == 0);
+        // The insert's entry covers its node: the node's words are written again
+        // non-temporally before the one fence, nothing is flushed, and the pending line, the
+        // head's and the allocator's lines wait for a batch.
+        auto s1 = pool.stats();
+        tlptm::atomic(pool, [&] {
+            node* n = tlptm::make<node>();
+            n->key = 2;
+            n->next = r->head.get();
+            r->head = n;
+        });
+        auto ins = pool.stats() - s1;
+        CHECK(ins.fences == 1);
+        CHECK(ins.round_trips == 1);
+        CHECK(ins.flushed_lines == 0);
+        CHECK(ins.write_back_batches == 0);
+        MESSAGE("streamed: update " << upd.streamed_bytes << " B, insert " << ins.streamed_bytes
+                                    << " B");
+        CHECK(ins.streamed_bytes >= upd.streamed_bytes + sizeof(node)); // entry + the node
+        pool.close();
+    }
+    // The close flushed what was pending; a crash instead would have replayed the entries.
+    auto pool = tlptm::pool::open(path, opt);
+    auto* r = pool.root<api_root>();
+    CHECK(r->words[8].get() == 5);
     CHECK(r->head.get()->key.get() == 2);
     CHECK(r->head.get()->next.get()->key.get() == 1);
 }

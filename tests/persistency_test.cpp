@@ -292,22 +292,31 @@ TEST_CASE("crash sweep: prompt write-back (lines flushed right after their write
     report_total("prompt-write-back", total);
 }
 
-TEST_CASE("crash sweep: adaptive write-back (updates leave their lines, inserts flush them)") {
+TEST_CASE("crash sweep: adaptive write-back (updates leave their lines; inserts stream their "
+          "nodes and leave their lines, or flush them all)") {
     // single-word, multi-word and ring-wrap commit updates that cover nothing and write at
     // most half a batch of lines, so they all defer until the close's batch or a ring wrap;
-    // multi-word once more with 4-line batches, where its 5 lines a commit flush as eager; list
-    // mixes them: its inserts cover their new nodes and flush the lines that the update and the
-    // pop before them left (free-reuse as well, with CT held back by those lines).
+    // multi-word once more with 4-line batches, where its 5 lines a commit flush as eager. In
+    // list and free-reuse the inserts cover their new nodes: with the entries non-temporal
+    // they write the nodes again non-temporally and defer their lines too; with the entries
+    // stored and flushed (log_write), they flush the nodes and, under the same fence, the
+    // lines that the update and the pop before them left (CT held back by those lines).
     sweep_size size = sweep_settings();
     sweep_result total;
     for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
         scenario wide = sc::multi_word(mode, 3 * size.scale);
         wide.options.write_back_lines = 4;
         wide.name += "/4-line-batches";
+        scenario flushed_list = sc::list(mode, 8 * size.scale);
+        flushed_list.options.log_write = tlptm::log_write::store_and_flush;
+        flushed_list.name += "/store-and-flush";
+        scenario flushed_reuse = sc::free_reuse(mode);
+        flushed_reuse.options.log_write = tlptm::log_write::store_and_flush;
+        flushed_reuse.name += "/store-and-flush";
         for (scenario s :
              {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale), wide,
-              sc::list(mode, 8 * size.scale), sc::ring_wrap(mode, 7 * size.scale),
-              sc::free_reuse(mode)}) {
+              sc::list(mode, 8 * size.scale), flushed_list, sc::ring_wrap(mode, 7 * size.scale),
+              sc::free_reuse(mode), flushed_reuse}) {
             s.options.write_back = tlptm::write_back::adaptive;
             sweep_result r = sweep(s, size.cfg);
             CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
@@ -416,10 +425,22 @@ TEST_CASE("mutations of the persistence path are caught by the sweep") {
         expect_caught(sc::multi_word(log_mode::baseline, 3), cfg, "zero CRC (baseline)");
         expect_caught(sc::multi_word(log_mode::cblo, 3), cfg, "zero CRC (compressed)");
     }
-    SUBCASE("drop an AALO flush: a published node loses its contents (I4)") {
+    SUBCASE("drop an AALO stream: a published node loses its contents (I4)") {
+        // Small entries are non-temporal (the tests' policy is a CPU one): the entry covers
+        // each new node and the commit writes the node's words again, non-temporally, before
+        // F1 (write_covered_blocks).
+        sweep_config cfg = mutation_config();
+        cfg.mut = mutation::drop_stream(role::aalo_stream, 0);
+        expect_caught(sc::list(log_mode::tlptm, 3), cfg, "drop the first AALO stream");
+    }
+    SUBCASE("drop an AALO flush (log_write = store_and_flush): a published node loses its "
+            "contents (I4)") {
+        // Entries written with stores and flushed: the covered nodes are flushed too.
         sweep_config cfg = mutation_config();
         cfg.mut = mutation::drop_flush(role::aalo_flush, 0);
-        expect_caught(sc::list(log_mode::tlptm, 3), cfg, "drop the first AALO flush");
+        scenario s = sc::list(log_mode::tlptm, 3);
+        s.options.log_write = tlptm::log_write::store_and_flush;
+        expect_caught(s, cfg, "drop the first AALO flush");
     }
     SUBCASE("drop F0 (mode cblo, no covered blocks): an entry persists before its node (I4)") {
         // Without AALO the new node is fenced on its own (F0) before the write-set is locked;
@@ -527,6 +548,37 @@ TEST_CASE("attribution switches: a commit without F1, one that leaves the previo
     }
 }
 
+TEST_CASE("comparison switch flush_new_blocks: covered blocks flushed instead of streamed is "
+          "durable too") {
+    // paired_bench_hooks measures streamed covered blocks against the flushes they replaced;
+    // that side must stay crash consistent, under eager and adaptive write-back (which then
+    // flushes the pending lines at every insert). The switch must also take effect: the
+    // default's trace has AALO streams (a mutation dropping one matches an event), the
+    // switch's has none.
+    namespace d = tlptm::detail;
+    for (tlptm::write_back wb : {tlptm::write_back::eager, tlptm::write_back::adaptive}) {
+        for (scenario s :
+             {sc::list(tlptm::log_mode::aalo, 8), sc::list(tlptm::log_mode::tlptm, 8)}) {
+            s.options.write_back = wb;
+            s.name += std::string("/") + tlptm::to_string(wb);
+            CAPTURE(s.name);
+            sweep_config probe = mutation_config();
+            probe.max_messages = 0;
+            probe.mut = mutation::drop_stream(role::aalo_stream, 0);
+            const bool streams = run_sweep(s, probe).mutation_matched;
+            d::active_mutation.store(d::mutation::flush_new_blocks);
+            const bool switch_streams = run_sweep(s, probe).mutation_matched;
+            sweep_result r = run_sweep(s, mutation_config());
+            d::active_mutation.store(d::mutation::none);
+            MESSAGE("flush_new_blocks/" << s.name << ": " << r.summary());
+            CHECK(streams);
+            CHECK_FALSE(switch_streams);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            CHECK(r.crash_points > 0);
+        }
+    }
+}
+
 TEST_CASE("mutation deferred_lines_dropped: a commit that defers its write-back and forgets "
           "the lines left before it is caught") {
     // Adaptive and lazy write-back keep the lines of every commit since the slot's last flush
@@ -538,9 +590,10 @@ TEST_CASE("mutation deferred_lines_dropped: a commit that defers its write-back 
         std::string name;
         scenario s;
     };
-    // list does not catch it in adaptive mode: its only deferring commits (an update of the
-    // first node, then the pop that frees that node) drop lines that the next commit writes
-    // again or frees.
+    // list in adaptive mode defers its inserts too (their new nodes are streamed, not
+    // flushed: the tests' policy makes entries non-temporal). With entries stored and flushed
+    // it would not catch the defect: its only deferring commits (an update of the first node,
+    // then the pop that frees that node) drop lines that the next commit writes again or frees.
     auto with = [](scenario s, tlptm::write_back wb, const char* name) {
         s.options.write_back = wb;
         return candidate{s.name + "/" + name, s};
@@ -549,6 +602,7 @@ TEST_CASE("mutation deferred_lines_dropped: a commit that defers its write-back 
         with(sc::single_word(tlptm::log_mode::tlptm, 4), tlptm::write_back::adaptive, "adaptive"),
         with(sc::single_word(tlptm::log_mode::tlptm, 4), tlptm::write_back::lazy, "lazy"),
         with(sc::list(tlptm::log_mode::tlptm, 8), tlptm::write_back::lazy, "lazy"),
+        with(sc::list(tlptm::log_mode::tlptm, 8), tlptm::write_back::adaptive, "adaptive"),
     };
     for (const candidate& c : cases) {
         CAPTURE(c.name);

@@ -349,9 +349,16 @@ TEST_CASE("the sweep catches a raw-stored chunk data line that is never flushed"
                   mutation::drop_flush(role::write_back_flush, 3));
 }
 
-TEST_CASE("the sweep catches a chunk data line that is never flushed") {
-    // The check is not vacuous: with the flush of one line of a chunk's data dropped, some
-    // crash image holds a committed chunk without those bytes, and the content hash differs.
+TEST_CASE("the sweep catches a chunk whose data is never written back") {
+    // The check is not vacuous: with the write-back of a chunk's data dropped, some crash
+    // image holds a committed chunk without those bytes, and the content hash differs. With
+    // non-temporal entries (the tests' policy) the commit writes the chunk again with
+    // non-temporal stores (one stream per block); with entries stored and flushed it flushes
+    // the chunk's lines (#2: one line of its data).
     expect_caught(shuffle_commit(tlptm::log_mode::tlptm),
-                  mutation::drop_flush(role::aalo_flush, 2));
+                  mutation::drop_stream(role::aalo_stream, 0));
+    scenario flushed = shuffle_commit(tlptm::log_mode::tlptm);
+    flushed.options.log_write = tlptm::log_write::store_and_flush;
+    flushed.name += "/store-and-flush";
+    expect_caught(flushed, mutation::drop_flush(role::aalo_flush, 2));
 }

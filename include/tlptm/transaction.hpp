@@ -648,6 +648,31 @@ inline bool flush_allocated(thread_slot& s) {
     return true;
 }
 
+/// Whether the slot's commits write the blocks their entries cover with non-temporal stores
+/// (write_covered_blocks) rather than flush them.
+inline bool streams_covered_blocks(const thread_slot& s) noexcept {
+    return s.pool->persist.streams_new_blocks() && !mutated(mutation::flush_new_blocks);
+}
+
+/// Makes the blocks the entry covers (s.covered, not empty) durable by the commit's F1: their
+/// words are written again with non-temporal stores where the persistence path streams new
+/// blocks (streams_covered_blocks: F1 then waits for no flush of this commit, and
+/// adaptive write-back can defer the commit's lines), else their lines are flushed. Their bytes
+/// are final: the transaction's function has returned, no logged word lies in them
+/// (choose_covered_blocks), and no other thread can reach them before the commit publishes
+/// them. The entry's CRC of them was taken from the cache before.
+inline void write_covered_blocks(thread_slot& s) {
+    pool_state& st = *s.pool;
+    if (!streams_covered_blocks(s)) {
+        flush_allocated(s);
+        return;
+    }
+    for (const pool_range& r : s.covered) {
+        st.persist.stored(st.base + r.offset, r.size);
+        st.persist.stream_in_place(s.pctx, st.base + r.offset, r.size);
+    }
+}
+
 /// Walks the lines the slot's earlier commits wrote back (s.dirty_lines, ascending) against
 /// this commit's write-set (sorted by offset): calls other(l) for each line l that this commit
 /// does not write again, and returns whether it writes any of them again.
@@ -735,8 +760,9 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
 
 /// write_back::adaptive: whether this commit leaves the lines it writes back, and the slot's
 /// pending ones, unflushed (as lazy write-back does). It does unless its F1 waits for flushes
-/// of its own anyway (the blocks its entry covers, flushed before F1: the pending lines'
-/// flushes then join them under the same fence), or it writes back more than half a batch
+/// of its own anyway (the blocks its entry covers, where they are flushed rather than streamed
+/// (streams_covered_blocks): the pending lines' flushes then join them under the same
+/// fence), or it writes back more than half a batch
 /// (`batch_lines`, pool_options::write_back_lines), which would make it pay a batch's fence of
 /// its own at once. Deferred lines cost a share of a batch (a CLWB each, one fence for all),
 /// far less than the wait a flushed line adds to F1 on the AMD guest: workload c was 32 ns a
@@ -744,7 +770,7 @@ inline std::uint32_t choose_covered_blocks(thread_slot& s) {
 /// the cache) once batches no longer sorted their lines (docs/design.md, "Adaptive
 /// write-back").
 inline bool defers_write_back(const thread_slot& s, std::size_t batch_lines) noexcept {
-    if (!s.covered.empty())
+    if (!s.covered.empty() && !streams_covered_blocks(s))
         return false;
     std::size_t lines = 0; // an upper bound: two runs may share a line
     for (const write_set::run& r : s.writes.runs()) {
@@ -900,8 +926,9 @@ inline void commit(thread_slot& s) {
         // ran, so without more a crash could replay a transaction whose new objects never
         // reached persistent memory (found by the crash-image sweep, persistency_test). Either
         // the entry covers the blocks (their CRC is in it: recovery refuses the entry if they
-        // do not match, and F1 completes their flushes with the entry: flushed here), or the
-        // flushes got a fence of their own (F0) before locking (choose_covered_blocks).
+        // do not match, and F1 completes their write-back with the entry: streamed or flushed
+        // here, write_covered_blocks), or the flushes got a fence of their own (F0) before
+        // locking (choose_covered_blocks).
         //
         // Eager: the previous commit's write-back lines are flushed here, after this commit's
         // locked instructions, so that this commit's fence completes them together with the
@@ -933,8 +960,9 @@ inline void commit(thread_slot& s) {
             }
         }
         const bool flush_after_write_back = prompt && !rewritten;
-        if ((!s.covered.empty() || mutated(mutation::aalo_not_covered)) &&
-            !mutated(mutation::no_persistence))
+        if (!s.covered.empty() && !mutated(mutation::no_persistence))
+            write_covered_blocks(s);
+        else if (mutated(mutation::aalo_not_covered)) // flushed, but neither F0 nor a CRC
             flush_allocated(s);
 
         // Bookkeeping before F1 too. A store issued after the SFENCE cannot leave the store

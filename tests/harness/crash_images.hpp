@@ -77,6 +77,7 @@ inline std::uint64_t hash_line(std::uint64_t line, const std::uint8_t* p) noexce
 enum class role : std::uint8_t {
     none,              ///< a store or a marker
     entry,             ///< stream() into a ring: a log entry
+    aalo_stream,       ///< stream() into the data area: a covered block written in place (I4)
     other_stream,      ///< stream() anywhere else
     f1,                ///< fence with an entry pending (streamed or flushed): a commit point (§4)
     f2,                ///< the thread's next fence after its F1: the entry is applied
@@ -96,6 +97,8 @@ inline const char* to_string(role r) {
         return "store";
     case role::entry:
         return "log entry stream";
+    case role::aalo_stream:
+        return "AALO stream";
     case role::other_stream:
         return "stream";
     case role::f1:
@@ -135,7 +138,9 @@ inline std::vector<role> classify(const trace& t, const pool_layout& l, bool rec
         switch (e.kind) {
         case event_kind::stream:
             streamed[e.thread] = 1;
-            r[i] = l.ring_data(e.offset) ? role::entry : role::other_stream;
+            r[i] = l.ring_data(e.offset)              ? role::entry
+                   : l.in_data(e.offset) && !recovery ? role::aalo_stream
+                                                      : role::other_stream;
             break;
         case event_kind::fence:
             if (streamed[e.thread]) {
@@ -173,14 +178,17 @@ inline std::vector<role> classify(const trace& t, const pool_layout& l, bool rec
 
 /// A deliberate defect of the persistence path, applied when the trace is replayed.
 struct mutation {
-    enum class kind : std::uint8_t { none, drop_flush, drop_fence, zero_crc };
+    enum class kind : std::uint8_t { none, drop_flush, drop_stream, drop_fence, zero_crc };
     kind what = kind::none;
-    role target = role::none; ///< drop_flush / drop_fence: the role of the dropped event
+    role target = role::none; ///< drop_*: the role of the dropped event
     int occurrence = 0;       ///< among events of that role (zero_crc: entries); < 0: from the end
     bool every = false;       ///< every event of that role
 
     static mutation drop_flush(role r, int occurrence) {
         return {kind::drop_flush, r, occurrence, false};
+    }
+    static mutation drop_stream(role r, int occurrence) {
+        return {kind::drop_stream, r, occurrence, false};
     }
     static mutation drop_fence(role r, int occurrence) {
         return {kind::drop_fence, r, occurrence, false};
@@ -190,9 +198,7 @@ struct mutation {
     std::string describe() const {
         if (what == kind::none)
             return "none";
-        std::string s = what == kind::drop_flush   ? "drop "
-                        : what == kind::drop_fence ? "drop "
-                                                   : "zero the CRC of ";
+        std::string s = what == kind::zero_crc ? "zero the CRC of " : "drop ";
         if (every)
             return s + "every " + to_string(target);
         return s + to_string(target) + " #" + std::to_string(occurrence);

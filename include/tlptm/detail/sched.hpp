@@ -64,6 +64,10 @@ enum class mutation : std::uint8_t {
                             ///< fences stay, with nothing pending): the transaction machinery
     prompt_lines_unflushed, ///< prompt: a commit counts its lines as flushed after its
                             ///< write-back without flushing them
+    // A comparison switch (paired_bench_hooks), durable: the old way of a step, kept to
+    // measure the new one against it.
+    flush_new_blocks, ///< the blocks an entry covers are flushed, never streamed, and adaptive
+                      ///< write-back does not defer a commit that covers any (before 2026-12-06)
 };
 
 #if defined(TLPTM_SCHED_HOOKS)
