@@ -9,11 +9,13 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include <tlptm/detail/write_set.hpp>
 #include <tlptm/log.hpp>
 #include <tlptm/persist.hpp>
+#include <tlptm/recovery.hpp>
 
 using tlptm::detail::entry_builder;
 using tlptm::detail::entry_format;
@@ -494,4 +496,32 @@ TEST_CASE("stream_copy writes exactly the range, aligned or not") {
                 if (i < at || i >= at + n)
                     REQUIRE(dst[i] == 0);
         }
+}
+
+TEST_CASE("recovery's line set holds each inserted line once, whatever the repeats") {
+    // Against std::set: runs of one line (the repeat shortcut), a few hot lines among many cold
+    // ones (collisions and growth), and the largest line numbers a pool can have.
+    std::mt19937_64 rng(7);
+    for (std::size_t n : {0, 1, 5, 1000, 200000}) {
+        tlptm::detail::line_set lines;
+        std::set<std::uint64_t> want;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::uint64_t l;
+            switch (rng() % 4) {
+            case 0:
+                l = rng() % 8; // hot, line 0 among them
+                break;
+            case 1:
+                l = (std::numeric_limits<std::uint64_t>::max() >> 6) - rng() % 3; // the top
+                break;
+            default:
+                l = rng() % (n + 1) * 64; // equal low bits, different high bits
+            }
+            for (std::uint64_t k = 1 + rng() % 3; k-- > 0;) // one to three times in a row
+                lines.insert(l);
+            want.insert(l);
+        }
+        const std::vector<std::uint64_t> got = lines.sorted();
+        CHECK(got == std::vector<std::uint64_t>(want.begin(), want.end()));
+    }
 }

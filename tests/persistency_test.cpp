@@ -481,6 +481,14 @@ TEST_CASE("mutations of the persistence path are caught by the sweep") {
         cfg.recovery_crashes = 2;
         expect_caught(sc::multi_word(log_mode::tlptm, 3), cfg, "drop recovery's data fence");
     }
+    SUBCASE("drop a flush of a line recovery replayed: a crashed recovery loses data (I5)") {
+        // Recovery flushes each distinct line it wrote once (detail::line_set), after all its
+        // stores; a line left out would let CT pass a replayed word that is not durable.
+        sweep_config cfg = mutation_config();
+        cfg.recovery_mut = mutation::drop_flush(role::replay_flush, 0);
+        cfg.recovery_crashes = 2;
+        expect_caught(sc::multi_word(log_mode::tlptm, 3), cfg, "drop recovery's first line flush");
+    }
     SUBCASE("a store the policy is not told about is reported") {
         sweep_config cfg = mutation_config();
         cfg.tracing.ignore_stored = 1;

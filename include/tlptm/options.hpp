@@ -52,7 +52,9 @@ struct pool_options {
     /// when the thread first commits in this opening, and a superblock's 64 KiB when the allocator
     /// takes it from the free ones. On by default: those pages are about to be written anyway,
     /// and a first-touch fault cost 3.4 to 11 us per page on tmpfs where measured, populating
-    /// 1.3 to 3.2 us (docs/design.md, "Allocator").
+    /// 1.3 to 3.2 us (docs/design.md, "Allocator"). Recovery likewise maps the rings' pages for
+    /// reading ahead of its scan, as far as their entries reach (docs/design.md, "Recovery in
+    /// the code").
     /// Ignored with prefault (everything is mapped already), with msync durability (populating
     /// a file page for writing dirties it, so the next msync would write it out) and where the
     /// kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). This opening only.

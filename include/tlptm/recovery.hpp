@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -31,25 +32,125 @@ struct recovery_report {
 
 namespace detail {
 
+/// The entry of a sequence element of the helpers below: a view, by pointer.
+inline const entry_view& entry_of(const entry_view* e) noexcept {
+    return *e;
+}
+
+/// An entry that recovery is to replay, as it keeps them: 40 bytes where a view and its
+/// position took 88. With every ring of a default pool full (721 776 entries) the list is
+/// 29 MB instead of 63; the 88-byte one, grown by doubling, spent more than half of the
+/// whole recovery in its copies and first-touch page faults (docs/design.md, "Recovery in the
+/// code").
+struct pending_entry {
+    const std::uint8_t* at = nullptr; ///< the entry's first byte, in its ring
+    std::uint64_t ts = 0;
+    std::uint64_t payload_size = 0;
+    std::uint32_t payload_at = 0;   ///< the records start at `at + payload_at`
+    std::uint32_t covered_size = 0; ///< the covered-blocks section ends where the records start
+    std::uint32_t slot = 0;
+    entry_format format{};
+    bool last = false;     ///< the ring's last valid entry
+    bool committed = true; ///< false: refused (covered blocks do not match)
+
+    pending_entry() = default;
+    /// Entry `e` of ring `s`, which begins at `entry`.
+    pending_entry(const entry_view& e, const std::uint8_t* entry, std::uint32_t s) noexcept
+        : at(entry), ts(e.ts), payload_size(e.payload_size),
+          payload_at(static_cast<std::uint32_t>(e.payload - entry)),
+          covered_size(static_cast<std::uint32_t>(e.covered_size)), slot(s), format(e.format) {}
+
+    entry_view view() const noexcept {
+        entry_view e;
+        e.ts = ts;
+        e.format = format;
+        e.length = payload_at + payload_size;
+        e.payload = at + payload_at;
+        e.payload_size = payload_size;
+        e.covered = covered_size != 0 ? e.payload - covered_size : nullptr;
+        e.covered_size = covered_size;
+        return e;
+    }
+};
+
+inline entry_view entry_of(const pending_entry& p) noexcept {
+    return p.view();
+}
+
+/// The distinct cache lines that recovery's replay wrote: an open-addressing hash set, so that
+/// replaying many records into few lines flushes each once without sorting a list of them all
+/// (with every ring of a default pool full, sorting 2.9 million line numbers took about a
+/// tenth of the recovery).
+class line_set {
+public:
+    void insert(std::uint64_t line) {
+        if (line == last_)
+            return; // the common repeat: words of one record run, or of one line
+        last_ = line;
+        if (2 * (count_ + 1) > slots_.size())
+            grow();
+        if (place(line))
+            ++count_;
+    }
+
+    /// The lines, ascending (the msync path merges adjacent pages; CLWB takes any order).
+    std::vector<std::uint64_t> sorted() const {
+        std::vector<std::uint64_t> out;
+        out.reserve(count_);
+        for (std::uint64_t l : slots_)
+            if (l != empty)
+                out.push_back(l);
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+
+private:
+    static constexpr std::uint64_t empty = ~std::uint64_t{0}; // no line number is this large
+    bool place(std::uint64_t line) noexcept {
+        const std::size_t mask = slots_.size() - 1;
+        for (std::size_t i = (line * 0x9E3779B97F4A7C15ull) >> shift_;; i = (i + 1) & mask) {
+            if (slots_[i] == line)
+                return false;
+            if (slots_[i] == empty) {
+                slots_[i] = line;
+                return true;
+            }
+        }
+    }
+    void grow() {
+        std::vector<std::uint64_t> old(slots_.size() < 64 ? 64 : 2 * slots_.size(), empty);
+        old.swap(slots_);
+        shift_ = static_cast<unsigned>(64 - std::countr_zero(slots_.size()));
+        for (std::uint64_t l : old)
+            if (l != empty)
+                place(l);
+    }
+    std::vector<std::uint64_t> slots_;
+    std::size_t count_ = 0;
+    unsigned shift_ = 64;
+    std::uint64_t last_ = empty;
+};
+
 /// Two entries to replay that carry the same timestamp and write the same word (shared with
 /// `tlptm check`). Commits of disjoint data may share a ts (the clock is read, not advanced,
 /// at commit); two commits that write a word never do (the second locked the word's orec,
 /// whose version was the first one's ts, and took a ts above it). So such a pair is
-/// corruption. `todo` is sorted by timestamp; `pointer_base` decodes pool pointers. Calls
+/// corruption. `todo` is sorted by timestamp (a vector of `const entry_view*`, or recovery's
+/// pending entries: entry_of(todo[i]) is the entry); `pointer_base` decodes pool pointers. Calls
 /// f(i, j, offset) for each such word (entries todo[i] and todo[j], i < j); returns how many.
-template <class F>
-std::size_t for_each_word_written_twice_at_one_ts(const std::vector<const entry_view*>& todo,
-                                                  std::uint64_t pointer_base, F&& f) {
+template <class Entries, class F>
+std::size_t for_each_word_written_twice_at_one_ts(const Entries& todo, std::uint64_t pointer_base,
+                                                  F&& f) {
     std::size_t found = 0;
     std::vector<std::pair<std::uint64_t, std::size_t>> words; // offset, entry
     for (std::size_t a = 0; a < todo.size();) {
         std::size_t b = a + 1;
-        while (b < todo.size() && todo[b]->ts == todo[a]->ts)
+        while (b < todo.size() && entry_of(todo[b]).ts == entry_of(todo[a]).ts)
             ++b;
         if (b - a > 1) {
             words.clear();
             for (std::size_t i = a; i < b; ++i)
-                decode_records(*todo[i], pointer_base,
+                decode_records(entry_of(todo[i]), pointer_base,
                                [&](const log_record& r) { words.emplace_back(r.offset, i); });
             std::sort(words.begin(), words.end());
             for (std::size_t k = 1; k < words.size(); ++k)
@@ -75,13 +176,13 @@ std::size_t for_each_word_written_twice_at_one_ts(const std::vector<const entry_
 /// other means the fence never completed: the transaction did not commit (its `atomic` never
 /// returned) and none of its stores is replayed. `pointer_base` decodes pool pointers in the
 /// records (the pool's base address).
-inline std::vector<bool> refused_entries(const std::uint8_t* image, std::uint64_t pointer_base,
-                                         const std::vector<const entry_view*>& todo,
-                                         const std::vector<bool>& last) {
+template <class Entries>
+std::vector<bool> refused_entries(const std::uint8_t* image, std::uint64_t pointer_base,
+                                  const Entries& todo, const std::vector<bool>& last) {
     std::vector<bool> refused(todo.size(), false);
     std::vector<pool_range> ranges;
     for (std::size_t i = 0; i < todo.size(); ++i) {
-        const entry_view& e = *todo[i];
+        const entry_view e = entry_of(todo[i]);
         if (!last[i] || !e.covered)
             continue;
         ranges.clear();
@@ -96,10 +197,10 @@ inline std::vector<bool> refused_entries(const std::uint8_t* image, std::uint64_
         };
         bool explained = false;
         std::size_t later = i + 1;
-        while (later < todo.size() && todo[later]->ts == e.ts)
+        while (later < todo.size() && entry_of(todo[later]).ts == e.ts)
             ++later;
         for (std::size_t j = later; j < todo.size() && !explained; ++j)
-            decode_records(*todo[j], pointer_base, [&](const log_record& r) {
+            decode_records(entry_of(todo[j]), pointer_base, [&](const log_record& r) {
                 explained = explained || inside(r.offset) || inside(r.offset + 7);
             });
         refused[i] = !explained;
@@ -121,17 +222,34 @@ inline recovery_report run_recovery(pool_state& st) {
     std::uint64_t ct = __atomic_load_n(&st.header->checkpoint_ts, __ATOMIC_ACQUIRE);
     rep.checkpoint_before = ct;
 
-    struct pending {
-        std::uint64_t ts;
-        std::uint32_t slot;
-        std::size_t offset;
-        entry_view entry;
-        bool last = false;     ///< the ring's last valid entry
-        bool committed = true; ///< false: refused (covered blocks do not match)
-    };
-    std::vector<pending> todo;
+    // The entries to replay are counted first, so that their list is allocated once and its
+    // pages mapped in one system call: grown by doubling, its copies and first-touch page
+    // faults took longer than parsing the log twice (docs/design.md, "Recovery in the code").
+    std::size_t to_replay = 0;
+    for (auto& s : st.slots) {
+        // With pool_options::populate, the ring's pages are mapped ahead of the scan in growing
+        // steps, a system call each, rather than a page fault each on first read (4 KiB of log
+        // per fault, which cost more than parsing the entries in it). Only where entries
+        // reach: a ring with none (a fresh pool's) is not touched past its first entry's
+        // place, and a sparse file stays sparse beyond a step past the log.
+        std::size_t mapped = 0;
+        s->ring.for_each_entry([&](const entry_view& e, std::size_t off) {
+            to_replay += e.ts > ct;
+            if (st.populate_on_use && off + e.length + 4096 > mapped &&
+                mapped < s->ring.capacity()) {
+                const std::size_t step =
+                    std::min(std::max<std::size_t>(mapped, 64 << 10), s->ring.capacity() - mapped);
+                populate_for_reading(s->ring.data() + mapped, step);
+                mapped += step;
+            }
+        });
+    }
+    std::vector<pending_entry> todo;
+    todo.reserve(to_replay);
+    populate_for_writing(todo.data(), to_replay * sizeof(pending_entry));
     for (auto& s : st.slots) {
         ++rep.rings_scanned;
+        const std::size_t first = todo.size();
         std::size_t last_at = ~std::size_t{0};
         std::uint64_t last_ts = s->ring.base_ts();
         std::size_t stop = s->ring.for_each_entry([&](const entry_view& e, std::size_t off) {
@@ -140,9 +258,9 @@ inline recovery_report run_recovery(pool_state& st) {
             last_at = off;
             last_ts = e.ts;
             if (e.ts > ct)
-                todo.push_back(pending{e.ts, s->index, off, e});
+                todo.emplace_back(e, s->ring.data() + off, s->index);
         });
-        if (!todo.empty() && todo.back().slot == s->index && todo.back().offset == last_at)
+        if (todo.size() > first && todo.back().at == s->ring.data() + last_at)
             todo.back().last = true;
         // A damaged entry with committed ones behind it is no torn tail: replaying up to it
         // would lose them, so recovery refuses (and writes nothing).
@@ -158,21 +276,23 @@ inline recovery_report run_recovery(pool_state& st) {
                         "committed transactions");
             });
     }
+    // Entries of one timestamp write disjoint words (checked below), so their order is free.
     std::sort(todo.begin(), todo.end(),
-              [](const pending& a, const pending& b) { return a.ts < b.ts; });
+              [](const pending_entry& a, const pending_entry& b) { return a.ts < b.ts; });
 
-    auto where = [&](const pending& p) {
+    auto where = [&](const pending_entry& p) {
         return "log entry ts " + std::to_string(p.ts) + " in ring " + std::to_string(p.slot) +
-               " at offset " + std::to_string(p.offset);
+               " at offset " + std::to_string(p.at - st.slots[p.slot]->ring.data());
     };
     const auto base = reinterpret_cast<std::uint64_t>(st.base); // decodes pool pointers
     // Validate everything first: recovery writes nothing unless every record is sound.
     for (std::size_t i = 0; i < todo.size(); ++i) {
-        const pending& p = todo[i];
+        const pending_entry& p = todo[i];
         if (p.ts > max_commit_ts)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": timestamp beyond the largest one the library issues");
-        bool ok = decode_records(p.entry, base, [&](const log_record& r) {
+        const entry_view e = p.view();
+        bool ok = decode_records(e, base, [&](const log_record& r) {
             if (!st.replayable(r.offset) || r.mask == 0)
                 throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                        ": record address offset " + std::to_string(r.offset) +
@@ -181,7 +301,7 @@ inline recovery_report run_recovery(pool_state& st) {
         if (!ok)
             throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                    ": malformed records");
-        for_each_covered(p.entry, [&](const pool_range& r) {
+        for_each_covered(e, [&](const pool_range& r) {
             if (!st.in_heap(r.offset, r.size))
                 throw corruption_error("tlptm: pool '" + st.path + "': " + where(p) +
                                        ": a block it covers (offset " + std::to_string(r.offset) +
@@ -190,19 +310,16 @@ inline recovery_report run_recovery(pool_state& st) {
         });
     }
 
-    std::vector<const entry_view*> views;
-    std::vector<bool> last;
-    for (const pending& p : todo) {
-        views.push_back(&p.entry);
-        last.push_back(p.last);
-    }
     for_each_word_written_twice_at_one_ts(
-        views, base, [&](std::size_t i, std::size_t, std::uint64_t offset) {
+        todo, base, [&](std::size_t i, std::size_t, std::uint64_t offset) {
             throw corruption_error(
                 "tlptm: pool '" + st.path + "': two log entries carry timestamp " +
-                std::to_string(views[i]->ts) + " and both write offset " + std::to_string(offset));
+                std::to_string(todo[i].ts) + " and both write offset " + std::to_string(offset));
         });
-    const std::vector<bool> refused = refused_entries(st.base, base, views, last);
+    std::vector<bool> last(todo.size());
+    for (std::size_t i = 0; i < todo.size(); ++i)
+        last[i] = todo[i].last;
+    const std::vector<bool> refused = refused_entries(st.base, base, todo, last);
     for (std::size_t i = 0; i < todo.size(); ++i)
         if (refused[i]) {
             todo[i].committed = false;
@@ -210,24 +327,22 @@ inline recovery_report run_recovery(pool_state& st) {
         }
 
     persist_ctx& ctx = st.admin_ctx;
-    std::vector<std::uint64_t>
-        lines; // flushed after all stores: a flush covers earlier stores only
-    for (const pending& p : todo) {
+    line_set lines; // flushed after all stores: a flush covers earlier stores only
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+        const pending_entry& p = todo[i];
         if (!p.committed)
             continue;
-        decode_records(p.entry, base, [&](const log_record& r) {
+        decode_records(p.view(), base, [&](const log_record& r) {
             std::uint64_t* w = st.word_at(r.offset);
             std::uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
             __atomic_store_n(w, (old & ~r.mask) | (r.value & r.mask), __ATOMIC_RELAXED);
             st.persist.stored(w, 8);
-            lines.push_back(r.offset / cache_line);
+            lines.insert(r.offset / cache_line);
             ++rep.records_replayed;
         });
         ++rep.entries_replayed;
     }
-    std::sort(lines.begin(), lines.end());
-    lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
-    for (std::uint64_t line : lines)
+    for (std::uint64_t line : lines.sorted())
         st.persist.flush(ctx, st.base + line * cache_line, cache_line);
     if (!todo.empty()) {
         // The replayed data is durable before CT says so (I2). CT also passes the entries
