@@ -769,6 +769,18 @@ TEST_CASE("stats: prompt write-back flushes a commit's lines at once, unless it 
         CHECK(r->words[8 * i].get() == static_cast<std::uint64_t>(i));
 }
 
+namespace {
+/// Inserts a node with `key` at the head of the root's list, in a transaction of its own.
+void push_node(tlptm::pool& pool, api_root* r, std::uint64_t key) {
+    tlptm::atomic(pool, [&] {
+        node* n = tlptm::make<node>();
+        n->key = key;
+        n->next = r->head.get();
+        r->head = n;
+    });
+}
+} // namespace
+
 TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert or batch") {
     tlptm_test::temp_path path("stats-adaptive");
     auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
@@ -781,11 +793,7 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
         auto pool = tlptm::pool::create(path, opt);
         auto* r = pool.root<api_root>();
         tlptm::atomic(pool, [&] { r->u64 = 1; }); // the first also starts the ring
-        tlptm::atomic(pool, [&] {                 // ... and the first insert takes a superblock
-            node* n = tlptm::make<node>();
-            n->key = 1;
-            r->head = n;
-        });
+        push_node(pool, r, 1);                    // ... and the first insert takes a superblock
         // One-line updates: one fence each, nothing flushed, their lines left pending.
         auto s0 = pool.stats();
         for (int i = 1; i <= 3; ++i)
@@ -798,12 +806,7 @@ TEST_CASE("stats: adaptive write-back leaves an update's line to the next insert
         // An insert flushes its new node before its fence anyway (the entry covers it): the
         // three pending lines, and the previous insert's, join it under the same fence.
         auto s1 = pool.stats();
-        tlptm::atomic(pool, [&] {
-            node* n = tlptm::make<node>();
-            n->key = 2;
-            n->next = r->head.get();
-            r->head = n;
-        });
+        push_node(pool, r, 2);
         auto ins = pool.stats() - s1;
         CHECK(ins.fences == 1);
         CHECK(ins.round_trips == 1);
@@ -867,11 +870,7 @@ TEST_CASE("stats: with non-temporal entries an insert streams its new node and d
         auto pool = tlptm::pool::create(path, opt);
         auto* r = pool.root<api_root>();
         tlptm::atomic(pool, [&] { r->u64 = 1; });
-        tlptm::atomic(pool, [&] { // the first insert takes a superblock
-            node* n = tlptm::make<node>();
-            n->key = 1;
-            r->head = n;
-        });
+        push_node(pool, r, 1); // the first insert takes a superblock
         auto s0 = pool.stats();
         tlptm::atomic(pool, [&] { r->words[8] = 5; }); // one line left pending
         auto upd = pool.stats() - s0;
@@ -880,12 +879,7 @@ TEST_CASE("stats: with non-temporal entries an insert streams its new node and d
         // non-temporally before the one fence, nothing is flushed, and the pending line, the
         // head's and the allocator's lines wait for a batch.
         auto s1 = pool.stats();
-        tlptm::atomic(pool, [&] {
-            node* n = tlptm::make<node>();
-            n->key = 2;
-            n->next = r->head.get();
-            r->head = n;
-        });
+        push_node(pool, r, 2);
         auto ins = pool.stats() - s1;
         CHECK(ins.fences == 1);
         CHECK(ins.round_trips == 1);
