@@ -239,14 +239,14 @@ inline recovery_report run_recovery(pool_state& st) {
                 mapped < s->ring.capacity()) {
                 const std::size_t step =
                     std::min(std::max<std::size_t>(mapped, 64 << 10), s->ring.capacity() - mapped);
-                populate_for_reading(s->ring.data() + mapped, step);
+                populate_pages(s->ring.data() + mapped, step, MADV_POPULATE_READ);
                 mapped += step;
             }
         });
     }
     std::vector<pending_entry> todo;
     todo.reserve(to_replay);
-    populate_for_writing(todo.data(), to_replay * sizeof(pending_entry));
+    populate_pages(todo.data(), to_replay * sizeof(pending_entry), MADV_POPULATE_WRITE);
     for (auto& s : st.slots) {
         ++rep.rings_scanned;
         const std::size_t first = todo.size();

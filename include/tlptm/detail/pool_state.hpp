@@ -58,26 +58,17 @@
 
 namespace tlptm::detail {
 
-/// Maps the pages of [p, p + n) for reading in one system call (madvise MADV_POPULATE_READ),
-/// so that a scan of them takes no page fault per page. Best effort: a kernel without it
-/// (before Linux 5.14) leaves the faults to first use. Dirties nothing, so it suits msync
-/// durability too.
-inline void populate_for_reading(const void* p, std::size_t n) noexcept {
+/// Maps the pages of [p, p + n) in one system call, `advice` MADV_POPULATE_READ or
+/// MADV_POPULATE_WRITE, so that the accesses about to come take no page fault per page. Best
+/// effort: a kernel without it (before Linux 5.14) leaves the faults to first use. Never
+/// changes the contents; reading dirties nothing, so it suits msync durability too. The range
+/// must lie in mapped memory (the page holding its first byte included).
+inline void populate_pages(const void* p, std::size_t n, int advice) noexcept {
     if (n == 0)
         return;
     auto a = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{4095};
     auto e = reinterpret_cast<std::uintptr_t>(p) + n;
-    (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_POPULATE_READ);
-}
-
-/// Maps the whole pages inside [p, p + n) of private memory (a large allocation, about to be
-/// filled) for writing in one system call (madvise MADV_POPULATE_WRITE) instead of a page fault
-/// per page on first write. Best effort, as populate_for_reading; never changes the contents.
-inline void populate_for_writing(void* p, std::size_t n) noexcept {
-    auto a = (reinterpret_cast<std::uintptr_t>(p) + 4095) & ~std::uintptr_t{4095};
-    auto e = (reinterpret_cast<std::uintptr_t>(p) + n) & ~std::uintptr_t{4095};
-    if (e > a)
-        (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_POPULATE_WRITE);
+    (void)::madvise(reinterpret_cast<void*>(a), e - a, advice);
 }
 
 struct pool_state;
@@ -368,11 +359,8 @@ struct pool_state {
     /// that the stores about to come take no page fault each. Best effort (a kernel without
     /// MADV_POPULATE_WRITE leaves the faults to first use); never changes the contents.
     void populate(const void* p, std::size_t n) const noexcept {
-        if (!populate_on_use || n == 0)
-            return;
-        auto a = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{4095};
-        auto e = reinterpret_cast<std::uintptr_t>(p) + n;
-        (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_POPULATE_WRITE);
+        if (populate_on_use)
+            populate_pages(p, n, MADV_POPULATE_WRITE);
     }
 
     /// CT known to be durable (I2). Every decision that relies on CT — handing out a freed
