@@ -7,8 +7,10 @@
 // as when recovery walks a log entry.
 //
 // entry/encode_run/N encodes a commit's payload the way commit does (entry_builder from the
-// write-set's runs): one value of N words stored whole, small counters (the workloads' values),
-// and entry/encode_scattered/N the same number of single words with gaps between them.
+// write-set's runs): one value of N words stored whole, counters with two-byte codes;
+// encode_run_1b, _random64 and _mixed the same with one-byte codes (the workloads' per-key
+// counters), nine-byte codes (random words) and codes of every length; and
+// entry/encode_scattered/N the same number of single words with gaps between them.
 
 #include <tlptm/codec.hpp>
 #include <tlptm/detail/write_set.hpp>
@@ -151,13 +153,31 @@ template <class Codec, distribution D> void bm_decode(benchmark::State& state) {
     BENCHMARK(bm_decode<fast_codec, distribution::dist>)->Name("decode/prefix_varint/" #dist);     \
     BENCHMARK(bm_decode<leb128_codec, distribution::dist>)->Name("decode/leb128/" #dist)
 
+// The values of a run of words in entry/encode_run: what their codes look like.
+enum class run_values { counters_1b, counters_2b, random64, mixed };
+
 // Encodes one commit's payload from a write-set (its runs, as commit hands them over).
-void bm_encode_entry(benchmark::State& state, bool scattered) {
+void bm_encode_entry(benchmark::State& state, bool scattered, run_values kind) {
     const auto words = static_cast<std::size_t>(state.range(0));
     tlptm::detail::write_set ws;
     std::vector<std::uint64_t> vals(words);
-    for (std::size_t k = 0; k < words; ++k)
-        vals[k] = 1000 + k; // counters: two-byte zigzag codes
+    std::mt19937_64 rng(0x5EED);
+    for (std::size_t k = 0; k < words; ++k) {
+        switch (kind) {
+        case run_values::counters_1b: // per-key counters (the workloads' values): one byte
+            vals[k] = 7 + k % 50;
+            break;
+        case run_values::counters_2b: // larger counters: two-byte zigzag codes
+            vals[k] = 1000 + k;
+            break;
+        case run_values::random64: // hashes, random values: nine-byte codes mostly
+            vals[k] = rng();
+            break;
+        case run_values::mixed: // every code length
+            vals[k] = rng() >> (rng() % 64);
+            break;
+        }
+    }
     const std::uint64_t at = 4096;
     if (scattered) {
         for (std::size_t k = 0; k < words; ++k)
@@ -183,13 +203,24 @@ void bm_encode_entry(benchmark::State& state, bool scattered) {
         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
     state.counters["entry_bound_B"] = static_cast<double>(bound);
 }
-BENCHMARK_CAPTURE(bm_encode_entry, run, false)
+BENCHMARK_CAPTURE(bm_encode_entry, run, false, run_values::counters_2b)
     ->Name("entry/encode_run")
     ->Arg(1)
     ->Arg(4)
     ->Arg(32)
     ->Arg(128);
-BENCHMARK_CAPTURE(bm_encode_entry, scattered, true)
+BENCHMARK_CAPTURE(bm_encode_entry, run_1b, false, run_values::counters_1b)
+    ->Name("entry/encode_run_1b")
+    ->Arg(4)
+    ->Arg(32);
+BENCHMARK_CAPTURE(bm_encode_entry, run_random64, false, run_values::random64)
+    ->Name("entry/encode_run_random64")
+    ->Arg(4)
+    ->Arg(32);
+BENCHMARK_CAPTURE(bm_encode_entry, run_mixed, false, run_values::mixed)
+    ->Name("entry/encode_run_mixed")
+    ->Arg(32);
+BENCHMARK_CAPTURE(bm_encode_entry, scattered, true, run_values::counters_2b)
     ->Name("entry/encode_scattered")
     ->Arg(1)
     ->Arg(4)
