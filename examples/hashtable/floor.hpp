@@ -1,6 +1,8 @@
 // tlptm-workloads — the persistence floor: what one persist costs on this machine, measured in
-// the same run as the workloads so that their latencies can be read as multiples of it; and
-// what one dependent cache miss costs there, the other floor of a chained-table walk.
+// the same run as the workloads so that their latencies can be read as multiples of it; what
+// one dependent cache miss costs there, the other floor of a chained-table walk; and what a
+// fresh page of the pool's kind costs on its first use, which inserts pay as they fill new
+// memory.
 #pragma once
 
 #include <libpmem.h>
@@ -26,6 +28,11 @@ struct persistence_floor {
     /// lines of a 64 MiB mapping of the same kind as the pool (its page size, so its TLB
     /// misses too). A table walk pays about one per link.
     double dependent_miss_ns = 0;
+    /// A 4 KiB page that no one has used: mapped for writing in 64 KiB batches (madvise
+    /// MADV_POPULATE_WRITE, as tlptm's allocator maps a superblock it takes; the volatile table
+    /// does the same), then written once. Every system pays it for the new memory it fills: a
+    /// 32-byte node per insert meets one every 128 inserts. 0: not measured.
+    double fresh_page_ns = 0;
     bool measured() const noexcept { return nt64_sfence_ns > 0; }
 };
 
@@ -77,6 +84,34 @@ inline double measure_dependent_miss(const std::string& path, int reps = 3,
     return ns;
 }
 
+/// fresh_page_ns on scratch files `path`: the fastest of `reps` passes over 16 MiB of new
+/// pages (a new file each time); 0 if a file cannot be made.
+inline double measure_fresh_page(const std::string& path, int reps = 3) {
+    const std::size_t size = std::size_t{16} << 20, batch = std::size_t{64} << 10, page = 4096;
+    double best = 0;
+    for (int r = 0; r < reps; ++r) {
+        void* m = map_scratch(path, size);
+        if (!m)
+            return 0;
+        auto* base = static_cast<std::uint8_t*>(m);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::size_t at = 0; at < size; at += batch) {
+#ifdef MADV_POPULATE_WRITE
+            (void)::madvise(base + at, batch, MADV_POPULATE_WRITE);
+#endif
+            for (std::size_t p = at; p < at + batch; p += page)
+                *reinterpret_cast<volatile std::uint64_t*>(base + p) = p;
+        }
+        const double ns =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
+                .count() /
+            static_cast<double>(size / page);
+        ::munmap(m, size);
+        best = r == 0 ? ns : std::min(best, ns);
+    }
+    return best;
+}
+
 /// Measures the floor on scratch files next to `pool_path` (the same kind of memory the pool
 /// is on), with the CPU flush path the library uses (libpmem), `reps` repetitions of `n`
 /// persists each; reports the fastest repetition. Returns an unmeasured floor if the file
@@ -108,6 +143,7 @@ inline persistence_floor measure_floor(const std::string& pool_path, int reps = 
     });
     ::munmap(m, size);
     f.dependent_miss_ns = measure_dependent_miss(pool_path + ".miss");
+    f.fresh_page_ns = measure_fresh_page(pool_path + ".page");
     return f;
 }
 

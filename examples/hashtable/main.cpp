@@ -304,12 +304,15 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         std::fprintf(out,
                      "persistence floor on this machine: 8 B store + CLWB + SFENCE %.0f ns, "
                      "64 B non-temporal store + SFENCE %.0f ns; one dependent cache miss "
-                     "(random lines of 64 MiB, the pool's kind of mapping) %.0f ns\n",
-                     floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns);
+                     "(random lines of 64 MiB, the pool's kind of mapping) %.0f ns; a fresh "
+                     "4 KiB page (populated, first written) %.0f ns\n",
+                     floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns,
+                     floor.fresh_page_ns);
     auto with_floor = [&](run_result r) {
         r.floor_clwb_ns = floor.store_clwb_sfence_ns;
         r.floor_nt_ns = floor.nt64_sfence_ns;
         r.floor_miss_ns = floor.dependent_miss_ns;
+        r.floor_page_ns = floor.fresh_page_ns;
         return r;
     };
     // The configurations in the order of the tables: latency, workload, thread count, then the
@@ -387,14 +390,19 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
                 floor.dependent_miss_ns > 0
                     ? std::min(floor.dependent_miss_ns, again.dependent_miss_ns)
                     : again.dependent_miss_ns;
+        if (again.fresh_page_ns > 0)
+            floor.fresh_page_ns = floor.fresh_page_ns > 0
+                                      ? std::min(floor.fresh_page_ns, again.fresh_page_ns)
+                                      : again.fresh_page_ns;
         for (run_result& r : rows)
             r = with_floor(std::move(r));
         if (!o.quiet)
             std::fprintf(out,
                          "\npersistence floor, measured again after the runs (the lower kept): "
                          "store + CLWB + SFENCE %.0f ns, 64 B NT + SFENCE %.0f ns; one "
-                         "dependent cache miss %.0f ns\n",
-                         floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns);
+                         "dependent cache miss %.0f ns; a fresh page %.0f ns\n",
+                         floor.store_clwb_sfence_ns, floor.nt64_sfence_ns, floor.dependent_miss_ns,
+                         floor.fresh_page_ns);
     }
     if (const auto& lw = tlptm_backend<N>::last_log_write; lw && !o.quiet) {
         print_log_write(out, *lw);

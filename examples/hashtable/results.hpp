@@ -67,6 +67,7 @@ struct run_result {
     /// The persistence floor measured in the same run (the same for every row).
     double floor_clwb_ns = 0, floor_nt_ns = 0;
     double floor_miss_ns = 0; ///< one dependent cache miss, measured in the same run
+    double floor_page_ns = 0; ///< first use of a fresh 4 KiB page, measured in the same run
 
     bool verified = false;
     std::string error; ///< why the run failed (exception or failed check), or ""
