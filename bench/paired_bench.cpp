@@ -61,7 +61,15 @@ class setup_error : public std::runtime_error {
 /// differ in nothing else. `mutation` is not an option but one of the library's attribution
 /// switches (tlptm::detail::mutation), set around each slice of its side; only in
 /// paired_bench_hooks, which is built with the library's test hooks (TLPTM_SCHED_HOOKS).
-enum class knob { log_write, write_back, mode, write_back_lines, emulate_write_ns, mutation };
+enum class knob {
+    log_write,
+    write_back,
+    mode,
+    write_back_lines,
+    emulate_write_ns,
+    populate_ahead,
+    mutation
+};
 
 #if defined(TLPTM_SCHED_HOOKS)
 constexpr bool have_hooks = true;
@@ -134,6 +142,7 @@ void print_usage(std::FILE* out) {
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
+        "                        populate_ahead=true,false (or false,true)\n"
         "                        mutation=none|no_commit_fence|no_write_back_flush|\n"
         "                                 no_persistence|flush_new_blocks\n"
         "                          (paired_bench_hooks only: B drops one persistence step, or\n"
@@ -214,6 +223,13 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
         o.emulate_write_ns = static_cast<std::uint32_t>(n);
         return;
     }
+    case knob::populate_ahead:
+        if (v == "true" || v == "false") {
+            o.populate_ahead = v == "true";
+            return;
+        }
+        throw usage_error("--compare populate_ahead: the values are true and false, got '" + v +
+                          "'");
     case knob::mutation:
         (void)switch_of(v); // validates; not a pool option
         return;
@@ -237,6 +253,8 @@ comparison parse_compare(const std::string& spec) {
         c.what = knob::write_back_lines;
     else if (c.name == "emulate_write_ns")
         c.what = knob::emulate_write_ns;
+    else if (c.name == "populate_ahead")
+        c.what = knob::populate_ahead;
     else if (c.name == "mutation" && have_hooks)
         c.what = knob::mutation;
     else if (c.name == "mutation")
@@ -244,8 +262,8 @@ comparison parse_compare(const std::string& spec) {
                           "test hooks); this program is paired_bench");
     else
         throw usage_error("--compare: unknown option '" + c.name +
-                          "' (log_write, write_back, mode, write_back_lines or "
-                          "emulate_write_ns)");
+                          "' (log_write, write_back, mode, write_back_lines, "
+                          "emulate_write_ns or populate_ahead)");
     const std::vector<std::string> values = split(std::string_view(spec).substr(eq + 1));
     if (values.size() != 2)
         throw usage_error("--compare " + c.name + " needs exactly two values, A,B, got '" +

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -607,6 +608,120 @@ TEST_CASE("pool_options::populate maps a ring at its first commit and a superblo
         CHECK(r->head->key.get() == 7);
         CHECK(r->count.get() == 1);
     }
+}
+
+TEST_CASE("pool_options::populate_ahead readies the next free superblocks, reading only") {
+    namespace d = tlptm::detail;
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    tlptm_test::temp_path path("ahead");
+    auto o = opts(tlptm::log_mode::tlptm, 64 << 20);
+    o.populate = true;
+    o.populate_ahead = true;
+    auto pool = tlptm::pool::create(path, o);
+    d::pool_state& st = pool.state();
+    if (::madvise(st.base, page, MADV_POPULATE_WRITE) != 0) {
+        MESSAGE("the kernel has no MADV_POPULATE_WRITE (Linux < 5.14): nothing to check");
+        return;
+    }
+#if defined(TLPTM_TSAN)
+    CHECK_FALSE(st.populate_ahead); // never in ThreadSanitizer builds
+    return;
+#endif
+    REQUIRE(st.populate_ahead);
+    auto* r = pool.root<alloc_root>();
+    auto push = [&](std::uint64_t key) {
+        tlptm::atomic(pool, [&] {
+            list_node* k = tlptm::make<list_node>(list_node{key, r->head.get()});
+            r->head = k;
+        });
+    };
+    push(1); // the first small block: a fresh superblock, and the thread's first job
+    // The superblocks the allocator hands out next. Raw bytes in the last page of each stand
+    // for what a free superblock may hold; the job below must leave them as they are.
+    std::uint32_t next[d::pool_state::superblocks_ahead];
+    const std::size_t n = st.allocator.next_free(next, d::pool_state::superblocks_ahead);
+    REQUIRE(n == d::pool_state::superblocks_ahead);
+    auto last_page = [&](std::uint32_t i) {
+        return st.base + st.allocator.sb_offset(i) + d::superblock_bytes - page;
+    };
+    // The thread may have readied them already; the pattern goes in either way.
+    for (std::size_t k = 0; k < n; ++k)
+        for (std::size_t b = 0; b < page; ++b)
+            last_page(next[k])[b] = static_cast<std::uint8_t>(b * 13 + k + 1);
+    st.ready_next_superblocks(); // what the thread runs, here synchronously
+    for (std::size_t k = 0; k < n; ++k) {
+        CAPTURE(k);
+        CHECK(st.ahead_ready(next[k]));
+        CHECK(resident_pages(st.base + st.allocator.sb_offset(next[k]), d::superblock_bytes) ==
+              d::superblock_bytes / page);
+        bool same = true;
+        for (std::size_t b = 0; b < page; ++b)
+            same = same && last_page(next[k])[b] == static_cast<std::uint8_t>(b * 13 + k + 1);
+        CHECK(same);
+        std::memset(last_page(next[k]), 0, page); // leave the free superblocks as they were
+    }
+    // The thread runs a job after each superblock taken fresh: once the allocator has gone
+    // through three more, the superblocks it takes next are ready (after the last job).
+    const std::size_t per_sb =
+        d::superblock_bytes / d::size_classes[d::class_of(sizeof(list_node))];
+    const std::uint64_t jobs = st.ahead.jobs_run();
+    for (std::uint64_t k = 0; k < 3 * per_sb; ++k)
+        push(k + 2);
+    auto all_next_ready = [&] {
+        std::uint32_t now[d::pool_state::superblocks_ahead];
+        const std::size_t m = st.allocator.next_free(now, d::pool_state::superblocks_ahead);
+        return m == d::pool_state::superblocks_ahead &&
+               std::all_of(now, now + m, [&](std::uint32_t i) { return st.ahead_ready(i); });
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!all_next_ready() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(all_next_ready());
+    CHECK(st.ahead.jobs_run() > jobs);
+
+    // What was committed is all there after a reopening (the thread stops with the pool).
+    pool.close();
+    auto again = tlptm::pool::open(path, o);
+    auto* r2 = again.root<alloc_root>();
+    std::uint64_t count = 0;
+    tlptm::atomic(again, [&] {
+        count = 0;
+        for (list_node* k = r2->head.get(); k != nullptr; k = k->next.get())
+            ++count;
+    });
+    CHECK(count == 3 * per_sb + 1);
+}
+
+TEST_CASE(
+    "the page-ahead thread is absent in a forked child, which neither uses nor waits for it") {
+    namespace d = tlptm::detail;
+    std::atomic<int> runs{0};
+    auto ahead = std::make_unique<d::page_ahead>();
+    REQUIRE(ahead->poke([&] { runs.fetch_add(1); }));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (ahead->jobs_run() < 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(ahead->jobs_run() == 1); // the thread now waits on its condition variable
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        // A poke is refused, and destroying the object returns (the copied condition variable
+        // counts the parent's thread as a waiter: destroying it would wait forever).
+        const bool refused = !ahead->poke([] {});
+        ahead.reset();
+        ::_exit(refused ? 0 : 3);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    // The parent's thread goes on: another poke runs the job again, and stop() joins it.
+    REQUIRE(ahead->poke([] {}));
+    while (ahead->jobs_run() < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(ahead->jobs_run() == 2);
+    CHECK(runs.load() == 2); // the first job given is the one kept
+    ahead.reset();
 }
 
 TEST_CASE("pool::prepare_thread attaches the thread's slot and maps its ring, keeping its bytes") {

@@ -213,6 +213,13 @@ private:
                 throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
                                             "'");
         }
+        // TLPTM_POPULATE_AHEAD=0 runs without the pool's page-ahead thread (default: on).
+        if (const char* pa = std::getenv("TLPTM_POPULATE_AHEAD"); pa && *pa) {
+            const std::string v(pa);
+            if (v != "0" && v != "1")
+                throw std::invalid_argument("TLPTM_POPULATE_AHEAD must be 0 or 1, not '" + v + "'");
+            o.populate_ahead = v == "1";
+        }
         o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
         const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
         // Room for the nodes in their size class, the bucket array, every log ring, and a

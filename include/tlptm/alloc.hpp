@@ -169,7 +169,7 @@ inline void* tx_alloc(thread_slot& s, std::size_t n) {
                                 std::to_string(size_classes[cls]) + " bytes");
         auto i = static_cast<std::uint32_t>(c.sb);
         if (c.fresh) {
-            st.populate(st.base + h.sb_offset(i), superblock_bytes);
+            st.populate_superblock(i);
             s.alloc.sb_claims.push_back(i);
             meta_store(s, h.meta_offset(i), make_descriptor(sb_kind::small, size_classes[cls]));
             mark_arenas_used(s, i, 1);

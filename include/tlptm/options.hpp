@@ -59,6 +59,18 @@ struct pool_options {
     /// a file page for writing dirties it, so the next msync would write it out) and where the
     /// kernel lacks MADV_POPULATE_WRITE (before Linux 5.14). This opening only.
     bool populate = true;
+    /// With populate: a background thread of the pool (started when the allocator first takes
+    /// a free superblock, asleep in between) maps the next few free superblocks ahead of the
+    /// allocator and reads one byte of each of their pages, so that a transaction's first
+    /// stores into a new superblock find its pages present. Where the first access of a mapped
+    /// page is itself slow (7 us a page on a guest whose hypervisor maps pages for user space
+    /// on first use), this takes that cost off the inserting thread: on such a guest inserts of
+    /// 32-byte nodes paid about 56 ns each on average without it (docs/design.md,
+    /// "Allocator"). It only reads, and only superblocks the allocator holds free. Off: each
+    /// allocating thread maps its superblocks itself, as before. Never in ThreadSanitizer
+    /// builds (its reads would race, harmlessly, with the first writes) or in a child process
+    /// forked from the one that started it. This opening only.
+    bool populate_ahead = true;
     /// create: virtual address to map the pool at, forever (pointers in the pool are plain
     /// pointers). 0 lets the library choose a free, randomised address in [16 TiB, 96 TiB)
     /// ([64 GiB, 480 GiB) in ThreadSanitizer builds).

@@ -407,6 +407,23 @@ public:
         return c;
     }
 
+    /// Up to `n` free superblocks that find_free_run will hand out next, in that order, into
+    /// `out` (those of arenas scanned already: an arena is not scanned for this); returns how
+    /// many. For the page-ahead thread: only a hint, they may be taken before it is used.
+    std::size_t next_free(std::uint32_t* out, std::size_t n) {
+        std::lock_guard lk(mutex_);
+        std::size_t k = 0;
+        for (auto i = cursor_; k < n && i < count_; ++i) {
+            const std::size_t a = i / arena_superblocks;
+            if (!arena(a))
+                break;
+            const superblock_state& s = sb(i);
+            if (s.kind == sb_kind::free && !s.reserved)
+                out[k++] = i;
+        }
+        return k;
+    }
+
     /// Undoes the take of a fresh superblock (its transaction aborted). Nothing to do if a
     /// thief already returned it to the free superblocks.
     void untake_superblock(std::uint32_t slot, std::uint32_t i) {

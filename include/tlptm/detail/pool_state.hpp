@@ -31,6 +31,7 @@
 #include <tlptm/detail/asymmetric_fence.hpp>
 #include <tlptm/detail/heap.hpp>
 #include <tlptm/detail/layout.hpp>
+#include <tlptm/detail/page_ahead.hpp>
 #include <tlptm/detail/sched.hpp>
 #include <tlptm/detail/stm.hpp>
 #include <tlptm/detail/write_set.hpp>
@@ -281,6 +282,7 @@ struct pool_state {
     log_write_choice log_choice;  ///< how persist writes log entries, and why (log_write)
     bool map_sync = false;        ///< mapped with MAP_SYNC (real persistent memory)
     bool populate_on_use = false; ///< pool_options::populate in effect (see populate())
+    bool populate_ahead = false;  ///< pool_options::populate_ahead in effect
     std::uint64_t id = next_id();
 
     std::uint64_t heap_begin = 0, heap_end = 0; ///< user-writable offsets
@@ -306,6 +308,11 @@ struct pool_state {
     std::string poison_reason; ///< guarded by poison_mutex
     std::mutex root_mutex;
     heap allocator; ///< volatile allocator state, rebuilt by recovery
+    /// pool_options::populate_ahead: the thread, and which superblocks it has readied (a bit
+    /// each; a superblock stays readied while the pool is mapped).
+    page_ahead ahead;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> ahead_done;
+    std::size_t ahead_words = 0;
 
     std::vector<std::unique_ptr<thread_slot>> slots;
     std::atomic<std::uint32_t> next_suggestion{0}; ///< see suggest_slot()
@@ -316,6 +323,7 @@ struct pool_state {
     pool_state& operator=(const pool_state&) = delete;
 
     ~pool_state() {
+        ahead.stop(); // it reads the mapping
         if (base)
             ::munmap(base, size);
         if (fd >= 0)
@@ -361,6 +369,46 @@ struct pool_state {
     void populate(const void* p, std::size_t n) const noexcept {
         if (populate_on_use)
             populate_pages(p, n, MADV_POPULATE_WRITE);
+    }
+
+    /// Superblocks the page-ahead thread keeps ready beyond the one the allocator took last.
+    static constexpr std::size_t superblocks_ahead = 4;
+
+    /// The allocator took free superblock i (pool_options::populate): maps its pages now unless
+    /// the page-ahead thread has done so, and asks that thread to ready the next ones.
+    void populate_superblock(std::uint32_t i) noexcept {
+        if (!populate_on_use)
+            return;
+        if (!populate_ahead || !ahead_ready(i))
+            populate(base + allocator.sb_offset(i), superblock_bytes);
+        if (populate_ahead)
+            (void)ahead.poke([this] { ready_next_superblocks(); });
+    }
+
+    /// Whether the page-ahead thread has readied superblock i.
+    bool ahead_ready(std::uint32_t i) const noexcept {
+        return ahead_done && i / 64 < ahead_words &&
+               (ahead_done[i / 64].load(std::memory_order_acquire) >> (i % 64) & 1) != 0;
+    }
+
+    /// The page-ahead thread's job: maps and reads one byte of every page of the next
+    /// superblocks_ahead free superblocks not readied before. A superblock taken meanwhile is
+    /// only read, which changes nothing.
+    void ready_next_superblocks() {
+        std::uint32_t next[superblocks_ahead];
+        const std::size_t n = allocator.next_free(next, superblocks_ahead);
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::uint32_t i = next[k];
+            if (i / 64 >= ahead_words || ahead_ready(i))
+                continue;
+            const std::uint8_t* p = base + allocator.sb_offset(i);
+            populate_pages(p, superblock_bytes, MADV_POPULATE_WRITE);
+            for (std::size_t at = 0; at < superblock_bytes; at += 4096) {
+                const std::uint8_t b = __atomic_load_n(p + at, __ATOMIC_RELAXED);
+                asm volatile("" : : "r"(b)); // the load happens
+            }
+            ahead_done[i / 64].fetch_or(std::uint64_t{1} << (i % 64), std::memory_order_release);
+        }
     }
 
     /// CT known to be durable (I2). Every decision that relies on CT — handing out a freed
@@ -754,6 +802,15 @@ struct pool_state {
         write_back_mode = resolve_write_back(opt.write_back, log_choice);
         write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
         populate_on_use = opt.populate && !opt.prefault && persist.mode() == persistence::kind::cpu;
+#if defined(TLPTM_TSAN)
+        populate_ahead = false;
+#else
+        populate_ahead = populate_on_use && opt.populate_ahead;
+#endif
+        if (populate_ahead && !ahead_done) {
+            ahead_words = header->heap_size / superblock_bytes / 64 + 1;
+            ahead_done = std::make_unique<std::atomic<std::uint64_t>[]>(ahead_words);
+        }
         heap_begin = header->heap_offset;
         orecs.set_heap_begin(heap_begin);
         heap_end = header->heap_offset + header->heap_size;
