@@ -536,8 +536,9 @@ void print_table(std::FILE* out, const std::vector<run_result>& rows, workload w
         const double share = first.wl == workload::a ? 1.0 : 0.5;
         std::fprintf(out,
                      "  a fresh 4 KiB page on this machine: %.0f ns; inserts of %.0f-byte nodes "
-                     "take one every %.0f inserts, about %.0f ns a transaction here (every "
-                     "backend pays it, the volatile table too)\n",
+                     "take one every %.0f inserts, about %.0f ns a transaction here (PMDK and "
+                     "the volatile table pay it; tlptm's page-ahead thread readies the pages "
+                     "unless TLPTM_POPULATE_AHEAD=0)\n",
                      first.floor_page_ns, block, 4096 / block,
                      share * first.floor_page_ns * block / 4096);
     }

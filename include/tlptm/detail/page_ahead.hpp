@@ -11,11 +11,15 @@
 // nothing in the pool, and the thread reads only superblocks that the heap lists as free.
 //
 // The thread starts on the first request and sleeps between requests (one per superblock the
-// allocator takes fresh). It is never started in a forked child of the process that started it
-// (its mutex may have been copied locked); a child's pool simply does without it.
+// allocator takes fresh). It is not pinned: it may run on any CPU of the process's cpuset,
+// whatever the affinity of the thread that started it (pool_options::populate_ahead off keeps
+// every thread of the library where the application put it). It is never started in a forked child
+// of the process that started it (its mutex may have been copied locked); a child's pool simply
+// does without it.
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -118,6 +122,14 @@ private:
 
     static void* run(void* p) {
         sync_state& s = *static_cast<sync_state*>(p);
+        // Not pinned where its creator is (an inserting thread, maybe pinned to one CPU: the
+        // pages would then be readied on the core that waits for them). Any CPU: the kernel
+        // keeps the thread within the process's cpuset; if it refuses, the inherited set stays.
+        cpu_set_t any;
+        CPU_ZERO(&any);
+        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+            CPU_SET(cpu, &any);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof any, &any);
         std::unique_lock lk(s.mutex);
         for (;;) {
             s.cv.wait(lk, [&] { return s.wanted || s.stopping; });
