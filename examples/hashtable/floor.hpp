@@ -96,9 +96,7 @@ inline double measure_fresh_page(const std::string& path, int reps = 3) {
         auto* base = static_cast<std::uint8_t*>(m);
         const auto t0 = std::chrono::steady_clock::now();
         for (std::size_t at = 0; at < size; at += batch) {
-#ifdef MADV_POPULATE_WRITE
-            (void)::madvise(base + at, batch, MADV_POPULATE_WRITE);
-#endif
+            populate_for_writing(base + at, batch);
             for (std::size_t p = at; p < at + batch; p += page)
                 *reinterpret_cast<volatile std::uint64_t*>(base + p) = p;
         }

@@ -29,4 +29,14 @@ inline void* map_scratch(const std::string& path, std::size_t size) {
     return m == MAP_FAILED ? nullptr : m;
 }
 
+/// Maps the pages of [p, p + n) for writing in one system call, as tlptm's allocator maps a
+/// superblock it takes (madvise MADV_POPULATE_WRITE); nothing where the headers lack it.
+inline void populate_for_writing(void* p, std::size_t n) noexcept {
+#ifdef MADV_POPULATE_WRITE
+    (void)::madvise(p, n, MADV_POPULATE_WRITE);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 } // namespace workloads

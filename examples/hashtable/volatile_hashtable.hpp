@@ -170,9 +170,7 @@ private:
                                      std::to_string((bytes_ - nodes_at_) / stride_) + " nodes)");
         if (next_ + stride_ > populated_) { // as tlptm's allocator populates a new superblock
             const std::uint64_t end = std::min(round_up(next_ + stride_, superblock), bytes_);
-#ifdef MADV_POPULATE_WRITE
-            (void)::madvise(base_ + populated_, end - populated_, MADV_POPULATE_WRITE);
-#endif
+            populate_for_writing(base_ + populated_, end - populated_);
             populated_ = end;
         }
         void* p = base_ + next_;
