@@ -724,6 +724,71 @@ TEST_CASE(
     ahead.reset();
 }
 
+TEST_CASE("the page-ahead thread runs on the CPUs the process started with, not its creator's") {
+    namespace d = tlptm::detail;
+    // The capture: this test program pins no thread before this point.
+    cpu_set_t now;
+    REQUIRE(::sched_getaffinity(0, sizeof now, &now) == 0);
+    CHECK(CPU_EQUAL(&now, &d::startup_cpus));
+
+    // Pokes `ahead` and reads its thread's affinity; CHECKs only (it also runs on a thread of
+    // the test's own, where a REQUIRE's exception would end the program).
+    auto runs_on = [](d::page_ahead& ahead, cpu_set_t& cpus) {
+        CHECK(ahead.poke([] {}));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (ahead.jobs_run() < 1 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CHECK(ahead.jobs_run() == 1); // the thread has set its affinity before its first job
+        const bool read = ahead.thread_cpus(cpus);
+        CHECK(read);
+        return read;
+    };
+    std::vector<int> mine;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &now))
+            mine.push_back(cpu);
+    REQUIRE_FALSE(mine.empty());
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(mine.back(), &one);
+    {
+        // Given one CPU, it runs there.
+        d::page_ahead ahead(one);
+        cpu_set_t cpus;
+        if (runs_on(ahead, cpus))
+            CHECK(CPU_EQUAL(&cpus, &one));
+    }
+    if (mine.size() < 2) {
+        MESSAGE("one CPU allowed: a pinned creator cannot be told from the process's CPUs");
+        return;
+    }
+    // Started by a thread pinned to one CPU (as the workloads' inserting threads are), it runs
+    // on every CPU the process started with, and no more.
+    cpu_set_t pinned;
+    CPU_ZERO(&pinned);
+    CPU_SET(mine.front(), &pinned);
+    std::thread creator([&] {
+        const bool set = ::pthread_setaffinity_np(::pthread_self(), sizeof pinned, &pinned) == 0;
+        CHECK(set);
+        d::page_ahead ahead;
+        cpu_set_t cpus;
+        if (set && runs_on(ahead, cpus)) {
+            CHECK(CPU_EQUAL(&cpus, &d::startup_cpus));
+            CHECK_FALSE(CPU_EQUAL(&cpus, &pinned));
+        }
+    });
+    creator.join();
+
+    // A pool counts those CPUs for its "every CPU busy" rule.
+    tlptm_test::temp_path path("ahead_cpus");
+    auto o = opts(tlptm::log_mode::tlptm, 16 << 20);
+    o.populate = true;
+    o.populate_ahead = true;
+    auto pool = tlptm::pool::create(path, o);
+    if (pool.state().populate_ahead)
+        CHECK(pool.state().ahead_cpus == mine.size());
+}
+
 TEST_CASE("pool::prepare_thread attaches the thread's slot and maps its ring, keeping its bytes") {
     namespace d = tlptm::detail;
     tlptm_test::temp_path path("prepare");

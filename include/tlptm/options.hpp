@@ -70,9 +70,10 @@ struct pool_options {
     /// allocating thread maps its superblocks itself, as before. Never in ThreadSanitizer
     /// builds (its reads would race, harmlessly, with the first writes) or in a child process
     /// forked from the one that started it. The thread is not pinned to the CPUs of the thread
-    /// that started it: it may run on any CPU of the process's cpuset. It is not woken while the
-    /// pool's running transactions are as many as the machine's CPUs (it would take a core
-    /// from them). This opening only.
+    /// that started it: it runs on the CPUs the process had when it started (taskset, numactl
+    /// or a cgroup's cpuset, before main() pinned any thread). It is not woken while the pool's
+    /// running transactions are as many as those CPUs (it would take a core from them). This
+    /// opening only.
     bool populate_ahead = true;
     /// create: virtual address to map the pool at, forever (pointers in the pool are plain
     /// pointers). 0 lets the library choose a free, randomised address in [16 TiB, 96 TiB)

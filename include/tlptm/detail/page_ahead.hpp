@@ -11,9 +11,12 @@
 // nothing in the pool, and the thread reads only superblocks that the heap lists as free.
 //
 // The thread starts on the first request and sleeps between requests (one per superblock the
-// allocator takes fresh). It is not pinned: it may run on any CPU of the process's cpuset,
-// whatever the affinity of the thread that started it (pool_options::populate_ahead off keeps
-// every thread of the library where the application put it). It is never started in a forked child
+// allocator takes fresh). It runs on the CPUs the process was given when it started (its
+// affinity at static initialisation: what taskset, numactl or a cgroup's cpuset allowed),
+// whatever the affinity of the thread that started it: an inserting thread pinned to one CPU
+// would otherwise have its pages readied on the core that waits for them, and a thread set to
+// every CPU would leave a taskset restriction (pool_options::populate_ahead off keeps every
+// thread of the library where the application put it). It is never started in a forked child
 // of the process that started it (its mutex may have been copied locked); a child's pool simply
 // does without it.
 #pragma once
@@ -44,11 +47,25 @@
 
 namespace tlptm::detail {
 
+/// The CPUs this process may run on as it started: the main thread's affinity when the
+/// library's static objects are initialised, before main() can pin it (taskset, numactl and a
+/// cgroup's cpuset all show here). Every CPU if the kernel does not say.
+inline cpu_set_t affinity_at_startup() noexcept {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0)
+        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+            CPU_SET(cpu, &set);
+    return set;
+}
+inline const cpu_set_t startup_cpus = affinity_at_startup();
+
 /// One background thread that runs a job each time it is poked (several pokes while it works
 /// count as one), until stopped.
 class page_ahead {
 public:
-    page_ahead() = default;
+    /// The thread will run on `cpus` (default: the process's CPUs at startup).
+    explicit page_ahead(const cpu_set_t& cpus = startup_cpus) { sync_->cpus = cpus; }
     page_ahead(const page_ahead&) = delete;
     page_ahead& operator=(const page_ahead&) = delete;
     ~page_ahead() {
@@ -123,12 +140,22 @@ public:
         return sync_->jobs.load(std::memory_order_acquire);
     }
 
+    /// The running thread's affinity (tests); false if it has not started or is not this
+    /// process's.
+    bool thread_cpus(cpu_set_t& out) const noexcept {
+        if (owner_.load(std::memory_order_acquire) != ::getpid())
+            return false;
+        std::lock_guard lk(sync_->mutex);
+        return sync_->started && ::pthread_getaffinity_np(thread_, sizeof out, &out) == 0;
+    }
+
 private:
     /// What the thread shares with its owner; left alone in a forked child.
     struct sync_state {
         std::mutex mutex;
         std::condition_variable cv;
         std::function<void()> job;
+        cpu_set_t cpus; ///< where the thread runs
         bool started = false, stopping = false, wanted = false, failed = false;
         std::atomic<std::uint64_t> jobs{0};
     };
@@ -142,13 +169,10 @@ private:
     static void* run(void* p) {
         sync_state& s = *static_cast<sync_state*>(p);
         // Not pinned where its creator is (an inserting thread, maybe pinned to one CPU: the
-        // pages would then be readied on the core that waits for them). Any CPU: the kernel
-        // keeps the thread within the process's cpuset; if it refuses, the inherited set stays.
-        cpu_set_t any;
-        CPU_ZERO(&any);
-        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-            CPU_SET(cpu, &any);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof any, &any);
+        // pages would then be readied on the core that waits for them), but within the CPUs it
+        // was given. If the kernel refuses them (a cpuset shrunk since), the inherited set
+        // stays.
+        (void)pthread_setaffinity_np(pthread_self(), sizeof s.cpus, &s.cpus);
         std::unique_lock lk(s.mutex);
         for (;;) {
             s.cv.wait(lk, [&] { return s.wanted || s.stopping; });
