@@ -60,12 +60,18 @@ inline cpu_set_t affinity_at_startup() noexcept {
 }
 inline const cpu_set_t startup_cpus = affinity_at_startup();
 
+/// startup_cpus, or, for a pool opened by another static object's initialiser before that
+/// variable's own (it is then still all zeros), the calling thread's affinity now.
+inline cpu_set_t process_cpus() noexcept {
+    return CPU_COUNT(&startup_cpus) != 0 ? startup_cpus : affinity_at_startup();
+}
+
 /// One background thread that runs a job each time it is poked (several pokes while it works
 /// count as one), until stopped.
 class page_ahead {
 public:
     /// The thread will run on `cpus` (default: the process's CPUs at startup).
-    explicit page_ahead(const cpu_set_t& cpus = startup_cpus) { sync_->cpus = cpus; }
+    explicit page_ahead(const cpu_set_t& cpus = process_cpus()) { sync_->cpus = cpus; }
     page_ahead(const page_ahead&) = delete;
     page_ahead& operator=(const page_ahead&) = delete;
     ~page_ahead() {
