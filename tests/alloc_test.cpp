@@ -786,7 +786,7 @@ TEST_CASE("the page-ahead thread runs on the CPUs the process started with, not 
     o.populate_ahead = true;
     auto pool = tlptm::pool::create(path, o);
     if (pool.state().populate_ahead)
-        CHECK(pool.state().ahead_cpus == mine.size());
+        CHECK(pool.state().ahead.cpu_count() == mine.size());
 }
 
 TEST_CASE("pool::prepare_thread attaches the thread's slot and maps its ring, keeping its bytes") {

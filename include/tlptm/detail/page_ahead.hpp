@@ -37,6 +37,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -144,6 +145,11 @@ public:
     /// Jobs run so far (tests).
     std::uint64_t jobs_run() const noexcept {
         return sync_->jobs.load(std::memory_order_acquire);
+    }
+
+    /// How many CPUs the thread may run on (at least 1).
+    std::size_t cpu_count() const noexcept {
+        return static_cast<std::size_t>(std::max(1, CPU_COUNT(&sync_->cpus)));
     }
 
     /// The running thread's affinity (tests); false if it has not started or is not this

@@ -313,7 +313,6 @@ struct pool_state {
     page_ahead ahead;
     std::unique_ptr<std::atomic<std::uint64_t>[]> ahead_done;
     std::size_t ahead_words = 0;
-    std::size_t ahead_cpus = 1; ///< the CPUs the page-ahead thread may use (process_cpus)
 
     std::vector<std::unique_ptr<thread_slot>> slots;
     std::atomic<std::uint32_t> next_suggestion{0}; ///< see suggest_slot()
@@ -382,7 +381,7 @@ struct pool_state {
             return;
         if (!populate_ahead || !ahead_ready(i))
             populate(base + allocator.sb_offset(i), superblock_bytes);
-        if (populate_ahead && running_attempts() < ahead_cpus)
+        if (populate_ahead && running_attempts() < ahead.cpu_count())
             (void)ahead.poke([this] { ready_next_superblocks(); });
     }
 
@@ -822,10 +821,6 @@ struct pool_state {
         if (populate_ahead && !ahead_done) {
             ahead_words = header->heap_size / superblock_bytes / 64 + 1;
             ahead_done = std::make_unique<std::atomic<std::uint64_t>[]>(ahead_words);
-            // The process's CPUs at startup, not the opening thread's (often pinned to one of
-            // them): the page-ahead thread runs on those.
-            const cpu_set_t cpus = process_cpus();
-            ahead_cpus = static_cast<std::size_t>(std::max(1, CPU_COUNT(&cpus)));
         }
         heap_begin = header->heap_offset;
         orecs.set_heap_begin(heap_begin);
