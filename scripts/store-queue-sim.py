@@ -71,8 +71,12 @@ def drain_offsets(program):
                          text=True, check=True).stdout
     drains = set()
     for line in out.splitlines():
-        m = re.match(r"^\s+([0-9a-f]+):\s+(.*)$", line)
-        if m and re.search(r"\block\b|\bxchg\s+%\w+,.*\(|\b[sm]fence\b", m.group(2)):
+        m = re.match(r"^\s+([0-9a-f]+):\s+(\S+)\s*(.*)$", line)
+        if not m:
+            continue
+        # The mnemonic only: a call to a function with "lock" in its name is no drain.
+        mnemonic, operands = m.group(2), m.group(3)
+        if mnemonic in ("lock", "sfence", "mfence") or (mnemonic == "xchg" and "(" in operands):
             drains.add(int(m.group(1), 16))
     return drains
 
