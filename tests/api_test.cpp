@@ -463,7 +463,7 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     // On a file of the pool's kind of mapping (shared, in the tests' directory), filled with
     // random bytes: the measurement rewrites words with their own values only.
     tlptm_test::temp_path path("log-write-probe");
-    const std::size_t bytes = 64 << 10;
+    const std::size_t bytes = 128 << 10; // room for the new blocks' rounds after 64 KiB
     int fd = ::open(path.str().c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     REQUIRE(fd >= 0);
     REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
@@ -482,6 +482,10 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     // An area smaller than any pool's ring is not measured on.
     CHECK_FALSE(tlptm::detail::measure_log_write(area, 1024).measured);
     CHECK(std::memcmp(area, before.data(), bytes) == 0);
+    // A ring too small for the new blocks' rounds (a small pool's 16 KiB) measures the
+    // entries only; the blocks then go as the small entries do.
+    const tlptm::log_write_choice small_ring = tlptm::detail::measure_log_write(area, 16 << 10);
+    CHECK(std::memcmp(area, before.data(), bytes) == 0);
     ::munmap(m, bytes);
 #if defined(__x86_64__)
     CHECK(c.measured);
@@ -495,6 +499,16 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     };
     CHECK(c.method == faster(c.store_and_flush_small_ns, c.non_temporal_small_ns));
     CHECK(c.large_method == faster(c.store_and_flush_large_ns, c.non_temporal_large_ns));
+    CHECK(c.new_block_non_temporal_ns > 0);
+    CHECK(c.new_block_store_and_flush_ns > 0);
+    CHECK(c.new_blocks == faster(c.new_block_store_and_flush_ns, c.new_block_non_temporal_ns));
+    MESSAGE("new 32 B blocks with a small entry + SFENCE: rewritten non-temporally "
+            << c.new_block_non_temporal_ns << " ns, flushed " << c.new_block_store_and_flush_ns
+            << " ns");
+    CHECK(small_ring.measured);
+    CHECK(small_ring.new_block_non_temporal_ns == 0);
+    CHECK(small_ring.new_block_store_and_flush_ns == 0);
+    CHECK(small_ring.new_blocks == small_ring.method);
 #endif
 }
 
@@ -584,6 +598,7 @@ TEST_CASE("log_write: nothing is measured when the method is given, in msync mod
     CHECK_FALSE(given.chosen_log_write().measured);
     CHECK(given.chosen_log_write().method == tlptm::log_write::store_and_flush);
     CHECK(given.chosen_log_write().large_method == tlptm::log_write::store_and_flush);
+    CHECK(given.chosen_log_write().new_blocks == tlptm::log_write::store_and_flush);
 
     opt = tlptm_test::small_options();
     opt.durability = tlptm::durability::msync;
@@ -896,6 +911,57 @@ TEST_CASE("stats: with non-temporal entries an insert streams its new node and d
     CHECK(r->words[8].get() == 5);
     CHECK(r->head.get()->key.get() == 2);
     CHECK(r->head.get()->next.get()->key.get() == 1);
+}
+
+TEST_CASE("new_block_write: an insert's new node is flushed or rewritten non-temporally as given, "
+          "whichever way its entry is written") {
+    using lw = tlptm::log_write;
+    for (auto [entries, blocks] : {std::pair{lw::non_temporal, lw::store_and_flush},
+                                   std::pair{lw::store_and_flush, lw::non_temporal}}) {
+        CAPTURE(static_cast<int>(entries));
+        tlptm_test::temp_path path("new-block-write");
+        auto opt = tlptm_test::small_options(tlptm::log_mode::tlptm);
+        opt.write_back = tlptm::write_back::adaptive;
+        opt.write_back_lines = 8;
+        opt.log_write = entries;
+        opt.new_block_write = blocks;
+        {
+            auto pool = tlptm::pool::create(path, opt);
+            CHECK(pool.chosen_log_write().method == entries);
+            CHECK(pool.chosen_log_write().new_blocks == blocks);
+            auto* r = pool.root<api_root>();
+            push_node(pool, r, 1); // the first insert takes a superblock
+            auto s0 = pool.stats();
+            tlptm::atomic(pool, [&] { r->words[8] = 5; }); // an update
+            const auto upd = pool.stats() - s0;
+            s0 = pool.stats();
+            push_node(pool, r, 2);
+            const auto ins = pool.stats() - s0;
+            CHECK(ins.fences == 1);
+            CHECK(ins.round_trips == 1);
+            const std::uint64_t entry_streamed = entries == lw::non_temporal ? ins.log_bytes : 0;
+            if (blocks == lw::store_and_flush) {
+                // The update left its line unflushed (its fence waits for its entry alone);
+                // the insert flushes the node's line and, under the same fence, that pending
+                // line: nothing but the entry is streamed.
+                CHECK(upd.flushed_lines == 0);
+                CHECK(ins.streamed_bytes >= entry_streamed); // the entry in whole words
+                CHECK(ins.streamed_bytes < entry_streamed + 16);
+                CHECK(ins.flushed_lines >= 2);
+            } else {
+                // The node's words are written again non-temporally, none of its lines
+                // flushed (the entry's own lines are counted apart, in log_lines_flushed).
+                CHECK(ins.streamed_bytes >= entry_streamed + sizeof(node));
+                CHECK(ins.log_lines_flushed >= 1);
+            }
+            pool.close();
+        }
+        auto pool = tlptm::pool::open(path, opt);
+        auto* r = pool.root<api_root>();
+        CHECK(r->words[8].get() == 5);
+        CHECK(r->head.get()->key.get() == 2);
+        CHECK(r->head.get()->next.get()->key.get() == 1);
+    }
 }
 
 TEST_CASE("stats: lazy write-back has one round trip per update and flushes in batches") {

@@ -301,22 +301,31 @@ TEST_CASE("crash sweep: adaptive write-back (updates leave their lines; inserts 
     // they write the nodes again non-temporally and defer their lines too; with the entries
     // stored and flushed (log_write), they flush the nodes and, under the same fence, the
     // lines that the update and the pop before them left (CT held back by those lines).
+    // The two ways of making new blocks durable also with the other way of writing entries
+    // (pool_options::new_block_write): entries non-temporal and nodes flushed (the pending
+    // lines then join the nodes' flushes), entries flushed and nodes streamed.
     sweep_size size = sweep_settings();
     sweep_result total;
+    using lw = tlptm::log_write;
     for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
         scenario wide = sc::multi_word(mode, 3 * size.scale);
         wide.options.write_back_lines = 4;
         wide.name += "/4-line-batches";
-        scenario flushed_list = sc::list(mode, 8 * size.scale);
-        flushed_list.options.log_write = tlptm::log_write::store_and_flush;
-        flushed_list.name += "/store-and-flush";
-        scenario flushed_reuse = sc::free_reuse(mode);
-        flushed_reuse.options.log_write = tlptm::log_write::store_and_flush;
-        flushed_reuse.name += "/store-and-flush";
+        auto written = [](scenario s, lw entries, lw blocks, const char* name) {
+            s.options.log_write = entries;
+            s.options.new_block_write = blocks;
+            s.name += name;
+            return s;
+        };
+        const scenario list = sc::list(mode, 8 * size.scale), reuse = sc::free_reuse(mode);
         for (scenario s :
              {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale), wide,
-              sc::list(mode, 8 * size.scale), flushed_list, sc::ring_wrap(mode, 7 * size.scale),
-              sc::free_reuse(mode), flushed_reuse}) {
+              list, written(list, lw::store_and_flush, lw::automatic, "/store-and-flush"),
+              written(list, lw::non_temporal, lw::store_and_flush, "/nt-entries-flushed-nodes"),
+              written(list, lw::store_and_flush, lw::non_temporal, "/flushed-entries-nt-nodes"),
+              sc::ring_wrap(mode, 7 * size.scale), reuse,
+              written(reuse, lw::store_and_flush, lw::automatic, "/store-and-flush"),
+              written(reuse, lw::non_temporal, lw::store_and_flush, "/nt-entries-flushed-nodes")}) {
             s.options.write_back = tlptm::write_back::adaptive;
             sweep_result r = sweep(s, size.cfg);
             CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");

@@ -98,6 +98,13 @@ struct pool_options {
     /// Large log entries (log_write_choice::large_entry_bytes and more) are written this way
     /// instead. Unset or automatic: as log_write says.
     std::optional<tlptm::log_write> large_log_write = std::nullopt;
+    /// How the blocks a transaction allocated and its log entry covers (AALO: an insert's new
+    /// node) become durable under the commit's one fence: non_temporal writes their words
+    /// again in place with non-temporal stores, store_and_flush flushes their lines. Unset or
+    /// automatic: measured with the entries when log_write is automatic (where the rings
+    /// have room for it; pool::chosen_log_write() tells), else as log_write says for small
+    /// entries.
+    std::optional<tlptm::log_write> new_block_write = std::nullopt;
     /// Lazy and adaptive write-back: a thread's batch is written back once it has this many
     /// distinct dirty lines (the high watermark). Larger batches mean fewer fences and more log to
     /// replay after a crash (bounded by the ring anyway).

@@ -137,15 +137,33 @@ enum class log_write {
 /// on persistent memory (or its emulation), the measurement that chose them: the mean time to
 /// write one entry at a packed position of a log ring and fence it, in a steady stream of
 /// entries, best of several rounds, for small entries (12-36 bytes, what a small update logs)
-/// and larger ones (72-520 bytes). A given log_write sets both methods.
+/// and larger ones (72-520 bytes). A given log_write sets both methods, and the new blocks'.
+///
+/// The blocks an AALO transaction allocated and its entry covers (an insert's new node) are
+/// made durable by the same fence, one of two ways (`new_blocks`): non_temporal writes their
+/// words again in place with non-temporal stores, store_and_flush flushes their lines. The two
+/// differ by CPU far more than the entries do: on the AMD EPYC (Zen 5) guest of 2026-12-06 a
+/// 32-byte block and a small entry took 123-128 ns rewritten, 193 ns flushed; on the AMD EPYC
+/// (Zen 4) guest of 2026-12-07, 225-304 ns rewritten, 166-177 ns flushed (a non-temporal store
+/// to a line in the cache must first take the line out, and the next block in that line brings
+/// it back). log_write::automatic measures them too, where the rings leave room for it
+/// (new_block_*_ns, else 0 and new_blocks follows the small entries' method).
 struct log_write_choice {
     static constexpr std::size_t large_entry_bytes = 64;
+    /// The size of block measure_log_write writes: a node of a linked structure (the
+    /// workloads' hash-table node takes 32 bytes), two to a cache line.
+    static constexpr std::size_t measured_block_bytes = 32;
     log_write method = log_write::non_temporal;       ///< entries below large_entry_bytes
     log_write large_method = log_write::non_temporal; ///< entries of large_entry_bytes or more
+    log_write new_blocks = log_write::non_temporal;   ///< the blocks an entry covers
     /// False: given by pool_options::log_write, or msync mode, or a test policy.
     bool measured = false;
     double non_temporal_small_ns = 0, store_and_flush_small_ns = 0;
     double non_temporal_large_ns = 0, store_and_flush_large_ns = 0;
+    /// Per new block (measured_block_bytes, packed as the allocator hands them out, stored
+    /// with ordinary stores) with a small non-temporal entry and a fence: the block rewritten
+    /// non-temporally, or flushed. 0: not measured.
+    double new_block_non_temporal_ns = 0, new_block_store_and_flush_ns = 0;
 };
 
 /// Replaces the production persistence path, for tests that trace or crash the commit path.
@@ -553,6 +571,15 @@ private:
     bool leading_ = false; ///< a call is running
 };
 
+/// Entries (or blocks) measure_log_write writes before it times a round, and times.
+inline constexpr int measure_lead_in = 192, measure_per_round = 384;
+/// The new blocks' rounds of measure_log_write (log_write_choice::new_blocks) take the bytes
+/// after the entries' 64 KiB, one span of packed blocks per method, where the area has them:
+/// an area of at least new_block_area_offset + 2 * new_block_round_bytes (100 KiB).
+inline constexpr std::size_t new_block_area_offset = std::size_t{64} << 10;
+inline constexpr std::size_t new_block_round_bytes =
+    (measure_lead_in + measure_per_round) * log_write_choice::measured_block_bytes;
+
 /// log_write::automatic's measurement: times both ways of writing a log entry on `area`
 /// (`bytes` >= 4096 of the pool's mapping, which no one else writes meanwhile) and returns the
 /// faster for small entries and the faster for large ones. Every word is rewritten with the
@@ -583,7 +610,7 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
         return c;
     static constexpr std::size_t small[] = {12, 24, 36, 20};
     static constexpr std::size_t large[] = {72, 136, 264, 520};
-    constexpr int lead_in = 192, per_round = 384, rounds = 3;
+    constexpr int lead_in = measure_lead_in, per_round = measure_per_round, rounds = 3;
     // Each method writes its own half, from the copy of the half's bytes.
     const std::size_t half = std::min<std::size_t>(bytes, std::size_t{64} << 10) / 2 / 64 * 64;
     const std::vector<std::uint8_t> copy(area, area + 2 * half);
@@ -632,6 +659,54 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
     c.store_and_flush_large_ns = best[3];
     c.method = best[1] < 0.9 * best[0] ? log_write::store_and_flush : log_write::non_temporal;
     c.large_method = best[3] < 0.9 * best[2] ? log_write::store_and_flush : log_write::non_temporal;
+    c.new_blocks = c.method;
+    if (bytes >= new_block_area_offset + 2 * new_block_round_bytes) {
+        std::uint8_t* blocks = area + new_block_area_offset;
+        const std::vector<std::uint8_t> block_copy(blocks, blocks + 2 * new_block_round_bytes);
+        const std::uint8_t* entries = copy.data(); // the non-temporal half's bytes
+        auto block_round = [&](bool nt) {
+            // Each method its own lines, none of them in the cache at first, as fresh memory
+            // from the allocator; entries of 24 bytes end to end in the non-temporal half.
+            const std::size_t m = nt ? 0 : 1;
+            std::uint8_t* first = blocks + m * new_block_round_bytes;
+            const std::uint8_t* from = block_copy.data() + m * new_block_round_bytes;
+            for (std::size_t l = 0; l < new_block_round_bytes; l += cache_line)
+                _mm_clflush(first + l);
+            _mm_mfence();
+            constexpr std::size_t b = log_write_choice::measured_block_bytes, e = 24;
+            auto one = [&](int k) {
+                const std::size_t at = static_cast<std::size_t>(k) * b;
+                std::memcpy(first + at, from + at, b); // the transaction's ordinary stores
+                const std::size_t ea = static_cast<std::size_t>(k) * e % (half - e);
+                stream_copy(area + ea / 8 * 8, entries + ea / 8 * 8, e);
+                if (nt)
+                    stream_copy(first + at, first + at, b);
+                else
+                    flush_cpu_lines(first + at, b);
+                _mm_sfence();
+            };
+            for (int k = 0; k < lead_in; ++k)
+                one(k);
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int k = lead_in; k < lead_in + per_round; ++k)
+                one(k);
+            const std::chrono::duration<double, std::nano> d =
+                std::chrono::steady_clock::now() - t0;
+            return d.count() / per_round;
+        };
+        double block_best[2] = {1e18, 1e18}; // non-temporal, flushed
+        for (int r = 0; r <= rounds; ++r)    // round 0 touches the pages, not counted
+            for (int k = 0; k < 2; ++k) {
+                const int m = (k + r) % 2;
+                const double t = block_round(m == 0);
+                if (r > 0)
+                    block_best[m] = std::min(block_best[m], t);
+            }
+        c.new_block_non_temporal_ns = block_best[0];
+        c.new_block_store_and_flush_ns = block_best[1];
+        c.new_blocks = block_best[1] < 0.9 * block_best[0] ? log_write::store_and_flush
+                                                           : log_write::non_temporal;
+    }
 #else
     (void)area, (void)bytes;
 #endif
@@ -665,10 +740,12 @@ public:
     persistence() = default;
     persistence(kind k, persist_policy* override_policy, std::uint32_t write_ns,
                 log_write small = log_write::non_temporal,
-                log_write large = log_write::non_temporal)
+                log_write large = log_write::non_temporal,
+                log_write new_blocks = log_write::non_temporal)
         : kind_(k), override_(override_policy), write_ns_(write_ns),
           store_small_(small == log_write::store_and_flush),
-          store_large_(large == log_write::store_and_flush) {
+          store_large_(large == log_write::store_and_flush),
+          flush_blocks_(new_blocks == log_write::store_and_flush) {
         if (k == kind::msync && override_policy == nullptr)
             group_ = std::make_shared<sync_group>();
     }
@@ -759,12 +836,11 @@ public:
     }
 
     /// True when the blocks an entry covers are written back with stream_in_place() rather than
-    /// flushed: on the CPU path, where small log entries are non-temporal (log_write, measured or
-    /// chosen). On the AMD EPYC guest a line that was stored and then flushed took 193 ns to
-    /// persist with a small entry and one SFENCE, its words rewritten non-temporally 123-128 ns,
-    /// the entry alone 120 ns (docs/design.md, "Writing new blocks"). Where CLWB beats
-    /// non-temporal stores for the entries, it is assumed to for the blocks too.
-    bool streams_new_blocks() const noexcept { return kind_ == kind::cpu && !store_small_; }
+    /// flushed: on the CPU path, where log_write_choice::new_blocks is non_temporal (measured
+    /// when the pool opened, given by pool_options::new_block_write, or else the small
+    /// entries' method). Which is faster depends on the CPU (log_write_choice; docs/design.md,
+    /// "Writing new blocks").
+    bool streams_new_blocks() const noexcept { return kind_ == kind::cpu && !flush_blocks_; }
 
     /// Writes [addr, addr + n) to memory again with non-temporal stores of its own contents: the
     /// blocks a transaction allocated, whose bytes it stored with ordinary stores and will not
@@ -866,8 +942,9 @@ private:
     kind kind_ = kind::cpu;
     persist_policy* override_ = nullptr;
     std::uint32_t write_ns_ = 0;
-    bool store_small_ = false; ///< log_write::store_and_flush below large_entry_bytes
-    bool store_large_ = false; ///< log_write::store_and_flush from large_entry_bytes
+    bool store_small_ = false;  ///< log_write::store_and_flush below large_entry_bytes
+    bool store_large_ = false;  ///< log_write::store_and_flush from large_entry_bytes
+    bool flush_blocks_ = false; ///< log_write_choice::new_blocks is store_and_flush
     /// msync mode: the threads' fences, grouped (shared: persistence is copied on open)
     std::shared_ptr<sync_group> group_;
 };

@@ -1119,12 +1119,17 @@ inline log_write_choice automatic_log_write(int fd, std::uint8_t* area, std::siz
     struct stat sb {};
     const bool known = ::fstat(fd, &sb) == 0;
     std::lock_guard<std::mutex> g(m);
-    if (known)
-        for (const auto& [dev, c] : measured)
-            if (dev == sb.st_dev)
-                return c;
+    // A choice measured on rings too small for the new blocks' rounds is measured again on
+    // rings that have room for them.
+    const bool blocks_fit = bytes >= new_block_area_offset + 2 * new_block_round_bytes;
+    auto it = std::find_if(measured.begin(), measured.end(),
+                           [&](const auto& m) { return known && m.first == sb.st_dev; });
+    if (it != measured.end() && (it->second.new_block_non_temporal_ns > 0 || !blocks_fit))
+        return it->second;
     log_write_choice c = measure_log_write(area, bytes);
-    if (known)
+    if (it != measured.end())
+        it->second = c;
+    else if (known)
         measured.emplace_back(sb.st_dev, c);
     return c;
 }
@@ -1162,8 +1167,12 @@ inline void choose_persistence(pool_state& st, const pool_options& opt, std::uin
         st.log_choice = automatic_log_write(st.fd, rings, ring_bytes);
     if (opt.large_log_write && *opt.large_log_write != log_write::automatic)
         st.log_choice.large_method = *opt.large_log_write;
-    st.persist =
-        persistence(k, opt.policy, write_ns, st.log_choice.method, st.log_choice.large_method);
+    if (opt.new_block_write && *opt.new_block_write != log_write::automatic)
+        st.log_choice.new_blocks = *opt.new_block_write;
+    else if (st.log_choice.new_block_non_temporal_ns == 0) // not measured
+        st.log_choice.new_blocks = st.log_choice.method;
+    st.persist = persistence(k, opt.policy, write_ns, st.log_choice.method,
+                             st.log_choice.large_method, st.log_choice.new_blocks);
 }
 
 /// Creates a new pool file. Throws pool_error (exists, no space, cannot map, options that
