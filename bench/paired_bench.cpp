@@ -63,6 +63,7 @@ class setup_error : public std::runtime_error {
 /// paired_bench_hooks, which is built with the library's test hooks (TLPTM_SCHED_HOOKS).
 enum class knob {
     log_write,
+    new_block_write,
     write_back,
     mode,
     write_back_lines,
@@ -138,6 +139,7 @@ void print_usage(std::FILE* out) {
         "usage: paired_bench --compare OPTION=A,B [options]\n"
         "  --compare OPTION=A,B  the pool option compared, A's value then B's; one of\n"
         "                        log_write=automatic|non_temporal|store_and_flush (two of them)\n"
+        "                        new_block_write=automatic|non_temporal|store_and_flush (two)\n"
         "                        write_back=automatic|eager|lazy|prompt|adaptive (two)\n"
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
         "                        write_back_lines=N,M\n"
@@ -188,6 +190,16 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
                 return;
             }
         throw usage_error("--compare log_write: the values are automatic, non_temporal and "
+                          "store_and_flush, got '" +
+                          v + "'");
+    case knob::new_block_write:
+        for (auto w : {tlptm::log_write::automatic, tlptm::log_write::non_temporal,
+                       tlptm::log_write::store_and_flush})
+            if (v == log_write_name(w)) {
+                o.new_block_write = w;
+                return;
+            }
+        throw usage_error("--compare new_block_write: the values are automatic, non_temporal and "
                           "store_and_flush, got '" +
                           v + "'");
     case knob::write_back:
@@ -245,6 +257,8 @@ comparison parse_compare(const std::string& spec) {
     c.name = spec.substr(0, eq);
     if (c.name == "log_write")
         c.what = knob::log_write;
+    else if (c.name == "new_block_write")
+        c.what = knob::new_block_write;
     else if (c.name == "write_back")
         c.what = knob::write_back;
     else if (c.name == "mode")
@@ -262,7 +276,7 @@ comparison parse_compare(const std::string& spec) {
                           "test hooks); this program is paired_bench");
     else
         throw usage_error("--compare: unknown option '" + c.name +
-                          "' (log_write, write_back, mode, write_back_lines, "
+                          "' (log_write, new_block_write, write_back, mode, write_back_lines, "
                           "emulate_write_ns or populate_ahead)");
     const std::vector<std::string> values = split(std::string_view(spec).substr(eq + 1));
     if (values.size() != 2)

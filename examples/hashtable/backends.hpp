@@ -113,8 +113,12 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     if (c.large_method != c.method)
         s += std::string(" below ") + std::to_string(c.large_entry_bytes) + " B, " +
              how(c.large_method) + " from " + std::to_string(c.large_entry_bytes) + " B";
+    const std::string blocks =
+        std::string("; an insert's new blocks: ") +
+        (c.new_blocks == tlptm::log_write::store_and_flush ? "flushed (CLWB)"
+                                                           : "rewritten with non-temporal stores");
     if (!c.measured)
-        return s + ", as given";
+        return s + blocks + ", as given";
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   ", measured when the pool opened (per entry + SFENCE in a steady stream, "
@@ -122,7 +126,19 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
                   "stores + CLWB %.0f / %.0f ns",
                   c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
                   c.store_and_flush_large_ns);
-    return s + buf;
+    s += buf;
+    if (c.new_block_non_temporal_ns == 0)
+        return s + blocks + ", as the small entries (not measured: rings too small)";
+    const bool flush_measured_faster =
+        c.new_block_store_and_flush_ns < 0.9 * c.new_block_non_temporal_ns;
+    if (flush_measured_faster != (c.new_blocks == tlptm::log_write::store_and_flush))
+        return s + blocks + ", as given (pool_options::new_block_write)";
+    std::snprintf(buf, sizeof buf,
+                  ", measured (per packed %zu B block stored, with a small entry + SFENCE): "
+                  "rewritten %.0f ns, flushed %.0f ns",
+                  c.measured_block_bytes, c.new_block_non_temporal_ns,
+                  c.new_block_store_and_flush_ns);
+    return s + blocks + buf;
 }
 
 /// tlptm in one of its log modes, persistent memory emulated (durability::emulate_pmem: CPU
@@ -212,6 +228,18 @@ private:
             else if (v != "auto" && !v.empty())
                 throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
                                             "'");
+        }
+        // TLPTM_NEW_BLOCK_WRITE=nt|flush|auto compares the ways of making an insert's new
+        // blocks durable (default: the library's, auto: measured with the entries).
+        if (const char* nb = std::getenv("TLPTM_NEW_BLOCK_WRITE")) {
+            const std::string v(nb);
+            if (v == "flush")
+                o.new_block_write = tlptm::log_write::store_and_flush;
+            else if (v == "nt")
+                o.new_block_write = tlptm::log_write::non_temporal;
+            else if (v != "auto" && !v.empty())
+                throw std::invalid_argument(
+                    "TLPTM_NEW_BLOCK_WRITE must be nt, flush or auto, not '" + v + "'");
         }
         // TLPTM_POPULATE_AHEAD=0 runs without the pool's page-ahead thread (default: on).
         if (const char* pa = std::getenv("TLPTM_POPULATE_AHEAD"); pa && *pa) {
