@@ -558,6 +558,34 @@ TEST_CASE("log_write::automatic: a pool writes its entries the way it chose, and
     CHECK(pool.root<api_root>()->words[15] == 19 * 16 + 15);
 }
 
+TEST_CASE("log_write::automatic: an insert's new blocks are measured once a pool's rings have "
+          "room for it, and the choice is kept for the device") {
+    tlptm_test::temp_path small("new-blocks-small"), big("new-blocks-big"),
+        after("new-blocks-after");
+    const auto opt = tlptm_test::small_options(); // 64 KiB rings: no room for the blocks' rounds
+    auto first = tlptm::pool::create(small, opt);
+    const tlptm::log_write_choice c1 = first.chosen_log_write();
+    CHECK(c1.measured);
+    if (c1.new_block_non_temporal_ns == 0) // nothing measured them yet in this process
+        CHECK(c1.new_blocks == c1.method);
+    auto big_opt = tlptm_test::small_options();
+    big_opt.log_capacity = std::size_t{128} << 10;
+    auto second = tlptm::pool::create(big, big_opt);
+    const tlptm::log_write_choice c2 = second.chosen_log_write();
+#if defined(__x86_64__)
+    CHECK(c2.new_block_non_temporal_ns > 0);
+    CHECK(c2.new_block_store_and_flush_ns > 0);
+    CHECK(c2.new_blocks == (c2.new_block_store_and_flush_ns < 0.9 * c2.new_block_non_temporal_ns
+                                ? tlptm::log_write::store_and_flush
+                                : tlptm::log_write::non_temporal));
+#endif
+    // A pool opened after it on the same device takes that measurement, small rings or not.
+    auto third = tlptm::pool::create(after, opt);
+    CHECK(third.chosen_log_write().new_blocks == c2.new_blocks);
+    CHECK(third.chosen_log_write().new_block_non_temporal_ns == c2.new_block_non_temporal_ns);
+    CHECK(third.chosen_log_write().non_temporal_small_ns == c2.non_temporal_small_ns);
+}
+
 TEST_CASE("large_log_write: entries of 64 B and more are written their own way, the others "
           "log_write's") {
     for (auto [small, large] :
