@@ -587,7 +587,9 @@ inline constexpr std::size_t new_block_round_bytes =
 /// end to end as a ring lays them, each one fenced; rounds alternate between the methods, the
 /// best round of each counts (the machines are shared and noisy), and stores with flushes must
 /// win by 10 % to be chosen (they write whole lines back: more bytes to persistent memory).
-/// About 4 ms.
+/// About 4 ms. Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then
+/// times the two ways of making new blocks durable (log_write_choice::new_blocks) on the bytes
+/// after the entries', in about 1 ms more, and flushing must win by 10 % there too.
 ///
 /// Each round first writes entries it does not time: on the 2-vCPU Intel Xeon guest of
 /// 2026-12-04 small non-temporal entries took 83 ns each on average in a burst of 48 after a
