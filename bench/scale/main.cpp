@@ -37,9 +37,10 @@ using workloads::cli::split;
 using workloads::cli::usage_error;
 
 struct options {
-    std::vector<workload_kind> kinds{
-        workload_kind::spin, workload_kind::chase, workload_kind::lookup, workload_kind::disjoint,
-        workload_kind::b,    workload_kind::c,     workload_kind::bank};
+    std::vector<workload_kind> kinds{workload_kind::spin,     workload_kind::chase,
+                                     workload_kind::persist,  workload_kind::lookup,
+                                     workload_kind::disjoint, workload_kind::b,
+                                     workload_kind::c,        workload_kind::bank};
     std::vector<double> conflicts{0.0, 0.25};
     bool run_tlptm = true, run_pmdk = true;
     std::vector<unsigned> threads; ///< empty: the default for max_threads
@@ -57,15 +58,17 @@ struct options {
 void print_usage(std::FILE* out) {
     std::fprintf(
         out, "usage: tlptm-scale [options]\n"
-             "  --workload LIST      spin, chase, lookup, disjoint, b, c, bank, or all (default\n"
-             "                       all; spin and chase are calibrations without transactions)\n"
+             "  --workload LIST      spin, chase, persist, lookup, disjoint, b, c, bank, or all\n"
+             "                       (default all; spin, chase and persist are calibrations\n"
+             "                       without transactions)\n"
              "  --backend B          tlptm, pmdk or both (default both)\n"
              "  --threads LIST       thread counts, e.g. 1,2,4,8 or 1-16 (default 1 .. P)\n"
              "  --max-threads P      the largest thread count (default twice the cores)\n"
              "  --reps R             repetitions per thread count (default 5, at least 2)\n"
              "  --duration SECONDS   measured time of one run (default 0.2)\n"
              "  --keys N             keys preloaded for lookup, b and c (default 16384)\n"
-             "  --range N            disjoint: keys per thread (default 2048)\n"
+             "  --range N            disjoint: keys per thread; persist: lines per thread\n"
+             "                       (default 2048)\n"
              "  --accounts N         bank: accounts per thread (default 1024)\n"
              "  --hot N              bank: accounts of the shared hot set (default 8)\n"
              "  --conflict LIST      bank: conflict rates, each a series (default 0,0.25)\n"
@@ -129,6 +132,8 @@ options parse(int argc, char** argv) {
                     o.kinds.push_back(workload_kind::spin);
                 else if (w == "chase")
                     o.kinds.push_back(workload_kind::chase);
+                else if (w == "persist")
+                    o.kinds.push_back(workload_kind::persist);
                 else if (w == "lookup")
                     o.kinds.push_back(workload_kind::lookup);
                 else if (w == "disjoint")

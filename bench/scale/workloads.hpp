@@ -22,12 +22,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <libpmem.h>
+#include <sys/mman.h>
 
 #include <tlptm/tlptm.hpp>
 
@@ -37,11 +41,11 @@
 
 namespace tlptm_scale {
 
-enum class workload_kind { lookup, disjoint, b, c, bank, spin, chase };
+enum class workload_kind { lookup, disjoint, b, c, bank, spin, chase, persist };
 
 /// The calibrations: no backend, no transaction; each is one series, run once.
 constexpr bool is_calibration(workload_kind k) noexcept {
-    return k == workload_kind::spin || k == workload_kind::chase;
+    return k == workload_kind::spin || k == workload_kind::chase || k == workload_kind::persist;
 }
 
 /// One workload of a scaling series.
@@ -69,6 +73,8 @@ struct workload_spec {
             return "spin";
         case workload_kind::chase:
             return "chase";
+        case workload_kind::persist:
+            return "persist";
         }
         return "?";
     }
@@ -95,6 +101,10 @@ struct workload_spec {
         case workload_kind::chase:
             return "calibration: two dependent reads and a write of a shared array of c's size, "
                    "no transaction";
+        case workload_kind::persist:
+            return "calibration: an update's persistence alone (a word of a line of the thread's "
+                   "own, the previous line's flush, a 16-byte non-temporal entry, a fence), no "
+                   "transaction";
         }
         return "?";
     }
@@ -302,6 +312,7 @@ public:
         case workload_kind::bank:
         case workload_kind::spin:
         case workload_kind::chase:
+        case workload_kind::persist:
             break;
         }
         throw std::logic_error("table_run: not a table workload");
@@ -555,6 +566,100 @@ private:
     std::vector<line> lines_;
 };
 
+/// The persistence calibration: each operation is what an 8-byte update of `disjoint` asks of
+/// the persistence path under eager write-back, without the transaction: it adds 1 to a word of
+/// a random line of the thread's own `--range` lines, flushes the line the thread's previous
+/// operation wrote (eager write-back: the previous commit's line goes out under this commit's
+/// fence), writes a 16-byte entry with non-temporal stores at the next position of the thread's
+/// own 1 MiB ring (tlptm::detail::stream_copy, as a commit writes its entry), and fences once.
+/// Nothing is shared between the threads: each has its own mapping (shared memory, as a pool
+/// in /dev/shm), mapped and touched before the clock starts. Its speedup is what the machine's
+/// persistence path gives p threads that share nothing; `disjoint` and `bank-0` are to be read
+/// against it, as every curve is against `spin`'s.
+class persist_run {
+public:
+    struct alignas(64) state {
+        std::uint8_t* lines = nullptr; ///< the thread's `range` lines
+        std::uint8_t* ring = nullptr;  ///< the thread's ring
+        std::uint64_t pos = 0;         ///< the next entry's offset in the ring
+        std::uint64_t previous = 0;    ///< the line the last operation wrote (+1; 0: none)
+        std::uint64_t ops = 0;
+        workloads::rng r{0};
+    };
+
+    persist_run(workload_kind, const scale_config& cfg, unsigned threads)
+        : range_(std::max<std::uint64_t>(cfg.range, 1)), seed_(cfg.seed) {
+        for (unsigned t = 0; t < threads; ++t) {
+            const std::size_t bytes = range_ * line_bytes + ring_bytes;
+            void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+            if (m == MAP_FAILED)
+                throw std::runtime_error("persist calibration: mmap of " + std::to_string(bytes) +
+                                         " bytes failed");
+            maps_.push_back({static_cast<std::uint8_t*>(m), bytes});
+            std::memset(m, 0, bytes); // every page written once before the clock starts
+        }
+    }
+    ~persist_run() {
+        for (const mapping& m : maps_)
+            ::munmap(m.base, m.bytes);
+    }
+    persist_run(const persist_run&) = delete;
+    persist_run& operator=(const persist_run&) = delete;
+
+    state make_state(unsigned t) const {
+        state s;
+        s.lines = maps_[t].base;
+        s.ring = maps_[t].base + range_ * line_bytes;
+        s.r.state = workloads::mix64(seed_ * 0x9E3779B97F4A7C15ull + t + 1);
+        return s;
+    }
+
+    bool step(state& s) noexcept {
+        const std::uint64_t line = s.r.below(range_);
+        auto* word = reinterpret_cast<std::uint64_t*>(s.lines + line * line_bytes);
+        *word += 1;
+        if (s.previous != 0)
+            tlptm::detail::flush_cpu_lines(s.lines + (s.previous - 1) * line_bytes, line_bytes);
+        s.previous = line + 1;
+        const std::uint64_t entry[2] = {s.ops, line};
+        tlptm::detail::stream_copy(s.ring + s.pos, entry, sizeof entry);
+        s.pos = (s.pos + sizeof entry) % ring_bytes;
+        pmem_drain(); // the fence: SFENCE on x86-64
+        ++s.ops;
+        return true;
+    }
+
+    /// The words the operations added to sum to the operations done.
+    std::string verify(const std::vector<state>& states) const {
+        for (std::size_t t = 0; t < states.size(); ++t) {
+            std::uint64_t sum = 0;
+            for (std::uint64_t l = 0; l < range_; ++l) {
+                std::uint64_t v;
+                std::memcpy(&v, maps_[t].base + l * line_bytes, sizeof v);
+                sum += v;
+            }
+            if (sum != states[t].ops)
+                return "thread " + std::to_string(t) + "'s lines hold " + std::to_string(sum) +
+                       " increments for " + std::to_string(states[t].ops) + " operations";
+        }
+        return "";
+    }
+
+    tlptm::stats stats() const { return {}; }
+    void prepare_thread() const noexcept {}
+
+private:
+    static constexpr std::uint64_t line_bytes = 64;
+    static constexpr std::uint64_t ring_bytes = std::uint64_t{1} << 20;
+    struct mapping {
+        std::uint8_t* base;
+        std::size_t bytes;
+    };
+    std::uint64_t range_, seed_;
+    std::vector<mapping> maps_;
+};
+
 /// Makes the run's pool, runs it and checks it. Never throws for a failure of the run: that
 /// goes to run_outcome::error.
 template <class Run, class What>
@@ -588,6 +693,8 @@ inline run_outcome run_workload(const workload_spec& w, bool tlptm_backend, cons
         return measure<spin_run>(w.kind, cfg, threads);
     if (w.kind == workload_kind::chase)
         return measure<chase_run>(w.kind, cfg, threads);
+    if (w.kind == workload_kind::persist)
+        return measure<persist_run>(w.kind, cfg, threads);
     if (w.kind == workload_kind::bank)
         return tlptm_backend ? measure<bank_run<tlptm_bank>>(w.conflict, cfg, threads)
                              : measure<bank_run<pmdk_bank>>(w.conflict, cfg, threads);
