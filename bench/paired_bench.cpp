@@ -69,6 +69,7 @@ enum class knob {
     write_back_lines,
     emulate_write_ns,
     populate_ahead,
+    solo_after,
     mutation
 };
 
@@ -145,6 +146,7 @@ void print_usage(std::FILE* out) {
         "                        write_back_lines=N,M\n"
         "                        emulate_write_ns=N,M\n"
         "                        populate_ahead=true,false (or false,true)\n"
+        "                        solo_after=N,M (0: never solo)\n"
         "                        mutation=none|no_commit_fence|no_write_back_flush|\n"
         "                                 no_persistence|flush_new_blocks\n"
         "                          (paired_bench_hooks only: B drops one persistence step, or\n"
@@ -235,6 +237,14 @@ void apply(knob k, const std::string& v, tlptm::pool_options& o) {
         o.emulate_write_ns = static_cast<std::uint32_t>(n);
         return;
     }
+    case knob::solo_after: {
+        const std::uint64_t n = parse_u64("--compare solo_after", v);
+        if (n > 0xFFFFFFFFu)
+            throw usage_error("--compare solo_after: a count of transactions below 2^32, got '" +
+                              v + "'");
+        o.solo_after = static_cast<std::uint32_t>(n);
+        return;
+    }
     case knob::populate_ahead:
         if (v == "true" || v == "false") {
             o.populate_ahead = v == "true";
@@ -269,6 +279,8 @@ comparison parse_compare(const std::string& spec) {
         c.what = knob::emulate_write_ns;
     else if (c.name == "populate_ahead")
         c.what = knob::populate_ahead;
+    else if (c.name == "solo_after")
+        c.what = knob::solo_after;
     else if (c.name == "mutation" && have_hooks)
         c.what = knob::mutation;
     else if (c.name == "mutation")
@@ -277,7 +289,7 @@ comparison parse_compare(const std::string& spec) {
     else
         throw usage_error("--compare: unknown option '" + c.name +
                           "' (log_write, new_block_write, write_back, mode, write_back_lines, "
-                          "emulate_write_ns or populate_ahead)");
+                          "emulate_write_ns, populate_ahead or solo_after)");
     const std::vector<std::string> values = split(std::string_view(spec).substr(eq + 1));
     if (values.size() != 2)
         throw usage_error("--compare " + c.name + " needs exactly two values, A,B, got '" +
@@ -288,6 +300,7 @@ comparison parse_compare(const std::string& spec) {
         // Numbers are printed as parsed ("007" would otherwise read as another value).
         c.value[i] = c.what == knob::write_back_lines   ? std::to_string(probe.write_back_lines)
                      : c.what == knob::emulate_write_ns ? std::to_string(*probe.emulate_write_ns)
+                     : c.what == knob::solo_after       ? std::to_string(probe.solo_after)
                                                         : values[i];
     }
     return c;

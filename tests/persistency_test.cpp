@@ -372,6 +372,31 @@ TEST_CASE("crash sweep: two threads, interleaved commits") {
     report_total("two-threads", total);
 }
 
+TEST_CASE("crash sweep: solo transactions (solo_after = 1), alone and switching between two "
+          "threads") {
+    // With solo_after = 1 a thread takes the pool at its first attempt that no peer preceded:
+    // the single-thread scenarios commit solo (no orec locked, timestamps from the clock), and
+    // two threads hand the pool back and forth.
+    auto solo = [](scenario sc) {
+        sc.options.solo_after = 1;
+        return sc;
+    };
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+        for (const scenario& sc :
+             {solo(sc::single_word(mode, 4 * size.scale)),
+              solo(sc::multi_word(mode, 3 * size.scale)), solo(sc::list(mode, 6 * size.scale)),
+              solo(sc::ring_wrap(mode, 7 * size.scale)),
+              solo(sc::two_threads(mode, 3 * size.scale))}) {
+            sweep_result r = sweep(sc, size.cfg);
+            CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+            total += r;
+        }
+    }
+    report_total("solo", total);
+}
+
 // ---- mutations: the sweep must fail
 // -----------------------------------------------------------------
 

@@ -417,6 +417,25 @@ TEST_CASE("scheduled sweep: recover() and close() while other threads are bound"
                  [](tlptm::log_mode m, std::uint64_t) { return ss::recover_close(m, 4); });
 }
 
+TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_after = 1)") {
+    // Every attempt of a thread whose peers ran nothing since its last one takes the pool; the
+    // next attempt of a peer takes it back (pool_options::solo_after). The scenarios' checks
+    // and the crash images then cover solo commits, the switches both ways, checkpoints and
+    // frees across them, exclusive sections that take the pool back, and slots taken over.
+    auto solo = [](scenario sc) {
+        sc.options.solo_after = 1;
+        return sc;
+    };
+    sweep_family("solo-in-flight-race",
+                 [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::in_flight_race(m, 8)); });
+    sweep_family("solo-cross-free",
+                 [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::cross_free(m, 5)); });
+    sweep_family("solo-recover-close",
+                 [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::recover_close(m, 4)); });
+    sweep_family("solo-slot-steal",
+                 [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::slot_steal(m, 4)); });
+}
+
 TEST_CASE("scheduled sweep: a fence fails (msync error): poisoned pool, no leak, no hang") {
     family_total t = sweep_family(
         "fault", [](tlptm::log_mode m, std::uint64_t) { return ss::fault(m, 5); },

@@ -105,6 +105,13 @@ struct pool_options {
     /// have room for it; pool::chosen_log_write() tells), else as log_write says for small
     /// entries.
     std::optional<tlptm::log_write> new_block_write = std::nullopt;
+    /// A thread that runs this many transactions in a row while no other thread of the process
+    /// runs any on the pool takes the pool for itself ("solo"): its transactions then read and
+    /// commit without concurrency control (no ownership record is checked, locked or validated),
+    /// until another thread starts a transaction, which first waits for the solo thread's
+    /// running transaction to end (it takes a heavy fence: microseconds, once per switch). 0:
+    /// never solo. This opening only. Durability and recovery are the same either way.
+    std::uint32_t solo_after = 64;
     /// Lazy and adaptive write-back: a thread's batch is written back once it has this many
     /// distinct dirty lines (the high watermark). Larger batches mean fewer fences and more log to
     /// replay after a crash (bounded by the ring anyway).

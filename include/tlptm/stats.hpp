@@ -59,6 +59,9 @@ struct stats {
     /// (on x86 such an instruction waits for them as a fence does).
     std::uint64_t round_trips = 0;
     std::uint64_t write_back_batches = 0; ///< batches that made pending write-back durable
+    /// Transactions (update and read-only) that ran solo: their thread had the pool to itself
+    /// and ran them without concurrency control (pool_options::solo_after)
+    std::uint64_t tx_solo = 0;
     heap_stats heap; ///< the allocator now (operators + and - keep the left operand's)
 
     /// Persistent-memory bytes written: streamed bytes plus whole flushed lines (data and log).
@@ -80,6 +83,7 @@ struct stats {
         a.round_trips -= b.round_trips;
         a.write_back_batches -= b.write_back_batches;
         a.msync_calls -= b.msync_calls;
+        a.tx_solo -= b.tx_solo;
         return a;
     }
     friend stats operator+(stats a, const stats& b) noexcept {
@@ -96,6 +100,7 @@ struct stats {
         a.round_trips += b.round_trips;
         a.write_back_batches += b.write_back_batches;
         a.msync_calls += b.msync_calls;
+        a.tx_solo += b.tx_solo;
         return a;
     }
 };
@@ -107,7 +112,7 @@ namespace detail {
 struct thread_counters {
     std::atomic<std::uint64_t> tx_committed{0}, tx_read_only{0}, tx_aborted{0}, log_bytes{0},
         streamed_bytes{0}, flushed_lines{0}, log_lines_flushed{0}, fences{0}, data_bytes_written{0},
-        aalo_bytes{0}, round_trips{0}, write_back_batches{0}, msync_calls{0};
+        aalo_bytes{0}, round_trips{0}, write_back_batches{0}, msync_calls{0}, tx_solo{0};
 
     [[gnu::always_inline]] static void add(std::atomic<std::uint64_t>& c,
                                            std::uint64_t v) noexcept {
@@ -129,6 +134,7 @@ struct thread_counters {
         s.round_trips = round_trips.load(std::memory_order_relaxed);
         s.write_back_batches = write_back_batches.load(std::memory_order_relaxed);
         s.msync_calls = msync_calls.load(std::memory_order_relaxed);
+        s.tx_solo = tx_solo.load(std::memory_order_relaxed);
         return s;
     }
 };

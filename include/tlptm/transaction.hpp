@@ -145,7 +145,7 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
             std::memcpy(out + 8 * k, &v, 8);
         }
     };
-    if (s.serial) { // nobody else runs
+    if (s.serial || s.solo) { // nobody else runs
         load_words();
         return;
     }
@@ -185,6 +185,10 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
     if (s.doomed || off >= st.size || s.writes.may_hold(off) ||
         (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, 8)))
         return false;
+    if (s.solo) { // no other attempt runs (pool_state::try_solo): the word as it is
+        out = __atomic_load_n(st.word_at(off), __ATOMIC_ACQUIRE);
+        return true;
+    }
     const std::uint32_t idx = st.orecs.index(off);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
     const std::uint64_t o1 = orec.load(std::memory_order_seq_cst); // see extend_snapshot
@@ -823,6 +827,8 @@ inline void commit(thread_slot& s) {
         conflict(s);
     if (s.nested_error) // an exception left a nested atomic: the whole transaction aborts
         std::rethrow_exception(s.nested_error);
+    if (s.solo)
+        thread_counters::add(c.tx_solo, 1);
     if (s.writes.empty()) { // read-only: every read was validated against the snapshot
         thread_counters::add(c.tx_read_only, 1);
         return;
@@ -851,8 +857,15 @@ inline void commit(thread_slot& s) {
             st.persist.fence(s.pctx); // F0
         });
 
-    // Step 1: lock the write-set, take ts, validate the read-set.
-    lock_write_set(s);
+    // Step 1: lock the write-set, take ts, validate the read-set. A solo attempt (no other
+    // attempt runs until it ends: pool_state::try_solo) locks nothing and has nothing to
+    // validate; its ts comes from the clock, which the switch to solo raised past every
+    // earlier commit, and the slot's last commit.
+    const bool solo = s.solo;
+    if (solo)
+        s.own_count = 0;
+    else
+        lock_write_set(s);
     note_locked_op(s.pctx);
     commit_section section(s); // a helper's settle() waits until the write-back is done
     // I2: in_flight holds CT below ts until the write-back is durable. While earlier commits'
@@ -892,7 +905,7 @@ inline void commit(thread_slot& s) {
         }
         // Always: commits do not advance the clock, so an unchanged clock does not mean that
         // nothing committed since the snapshot.
-        if (!validate_reads(s)) {
+        if (!solo && !validate_reads(s)) {
             release_locks(s);
             if (!previous_unfenced)
                 s.in_flight.store(0, std::memory_order_release);

@@ -175,6 +175,13 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     append_vector<orec_ref> locks;
     std::uint64_t snapshot = 0; ///< rv: every value read is as of this timestamp
     bool serial = false;        ///< running alone (after repeated aborts): cannot conflict
+    /// The attempt runs solo: the pool is this slot's (pool_state::try_solo) and no other
+    /// attempt can start before it ends, so it reads and commits without orecs.
+    bool solo = false;
+    /// Attempts of the slot until it next looks whether it may take the pool solo, and the other
+    /// slots' transaction count when it last looked (pool_state::try_solo).
+    std::uint32_t solo_countdown = 0;
+    std::uint64_t solo_seen_others = 0;
     bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
     bool committed = false;     ///< the attempt committed (its allocations stay)
     /// The first exception that left a nested atomic of this attempt: the outermost atomic
@@ -298,8 +305,17 @@ struct pool_state {
     /// while nobody raises it.
     alignas(64) std::atomic<std::uint64_t> clock{0};
     alignas(64) orec_table orecs;
-    /// Non-zero while a serial transaction or an exclusive section (close, recover) runs.
+    /// Non-zero while a serial transaction or an exclusive section (close, recover) runs (1), or
+    /// while a slot holds the pool solo (solo_flag_base + the slot's index: try_solo).
     std::atomic<std::uint32_t> exclusive_flag{0};
+    /// Set by a thread that wants a solo slot to give the pool back (revoke_solo).
+    std::atomic<std::uint32_t> solo_revoke{0};
+    /// Threads waiting to run while a slot held the pool solo, until they run (solo_waiter):
+    /// no slot takes the pool while one waits, or a slot whose peers could not run (so ran no
+    /// transaction) would take it again and again before them.
+    std::atomic<std::uint32_t> solo_waiters{0};
+    /// pool_options::solo_after (0: never solo).
+    std::uint32_t solo_after = 0;
     std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
     /// The CT value known durable (see durable_checkpoint()); written under checkpoint_mutex.
     std::atomic<std::uint64_t> durable_ct{0};
@@ -660,8 +676,17 @@ struct pool_state {
             // may be read before begin() takes the snapshot; clock + 1 is at most snapshot + 1
             // (reading the clock first only makes the bound lower).
             publish(s.active_since, clock.load(std::memory_order_acquire) + 1);
-            if (exclusive_flag.load(std::memory_order_seq_cst) == 0)
+            const std::uint32_t f = exclusive_flag.load(std::memory_order_seq_cst);
+            if (f == 0) {
+                if (solo_after != 0 && --s.solo_countdown == 0) [[unlikely]]
+                    try_solo(s);
                 return true;
+            }
+            // The slot holds the pool solo, and nobody asked for it back (revoke_solo).
+            if (f == solo_flag(s) && solo_revoke.load(std::memory_order_seq_cst) == 0) {
+                s.solo = true;
+                return true;
+            }
             s.active_since.store(0, std::memory_order_release);
         }
         me.entering.store(0, std::memory_order_release);
@@ -679,11 +704,9 @@ struct pool_state {
 
     /// enter() when the thread's slot cannot be taken at once.
     [[gnu::noinline]] thread_slot& enter_slow(thread_slot* preferred, thread_record& me) noexcept {
+        solo_waiter waiting(*this); // until this attempt runs
         for (unsigned spins = 0;; ++spins) {
-            while (exclusive_flag.load(std::memory_order_acquire) != 0) {
-                sched(sched_point::spin, &exclusive_flag);
-                cpu_relax();
-            }
+            wait_for_no_exclusive(waiting);
             thread_slot* s = nullptr;
             if (preferred && preferred->holder.load(std::memory_order_relaxed) == me.token())
                 s = preferred; // held, but an exclusive section or a thief was in the way
@@ -746,6 +769,8 @@ struct pool_state {
     /// Ends the attempt: its last access to the slot (release: the next attempt in the slot,
     /// of any thread, sees the descriptor as this one left it).
     void leave(thread_slot& s, thread_record& me) noexcept {
+        if (s.solo)
+            s.solo = false;
         s.active_since.store(0, std::memory_order_release);
         me.entering.store(0, std::memory_order_release);
     }
@@ -785,13 +810,149 @@ struct pool_state {
         return slots[first % n].get();
     }
 
+    // ---- solo: a slot that runs alone takes the pool -------------------------------------
+    //
+    // A thread whose transactions run while no other thread runs any takes the pool for its
+    // slot: exclusive_flag names the slot, other attempts cannot start (enter_held sees the flag),
+    // and the slot's attempts read and commit without orecs (no orec check per read, no lock,
+    // no validation: nothing can conflict). The slot looks whether it may every
+    // pool_options::solo_after attempts, and only if the other slots ran no transaction since it
+    // last looked; taking the pool costs it a compare-and-swap and a heavy fence. A thread that
+    // wants to run while a slot holds the pool asks for it back (revoke_solo): it waits for the
+    // slot's running attempt to end, then frees the pool. Both the taking and the giving back
+    // raise the clock past every commit made so far: solo commits take no orec versions into
+    // their timestamps (commit), and orecs keep the versions they had before, so the clock is
+    // what orders a word's writers across the switch (recovery replays them in ts order).
+
+    static constexpr std::uint32_t solo_flag_base = 2;
+    std::uint32_t solo_flag(const thread_slot& s) const noexcept { return solo_flag_base + s.index; }
+    static bool is_solo_flag(std::uint32_t f) noexcept { return f >= solo_flag_base; }
+
+    /// Transactions run so far by the slots other than `s` (committed, read-only, aborted).
+    std::uint64_t others_transactions(const thread_slot& s) const noexcept {
+        std::uint64_t n = 0;
+        for (const auto& o : slots)
+            if (o.get() != &s) {
+                const thread_counters& c = o->pctx.counters;
+                n += c.tx_committed.load(std::memory_order_relaxed) +
+                     c.tx_read_only.load(std::memory_order_relaxed) +
+                     c.tx_aborted.load(std::memory_order_relaxed);
+            }
+        return n;
+    }
+
+    /// Called by enter_held for `s`'s attempt (mark published, no exclusive section) every
+    /// solo_after attempts: if no other slot ran a transaction since the last look and none runs
+    /// one now, takes the pool for `s` (this attempt already runs solo).
+    [[gnu::noinline]] void try_solo(thread_slot& s) noexcept {
+        s.solo_countdown = solo_after;
+        const std::uint64_t others = others_transactions(s);
+        const bool quiet = others == s.solo_seen_others;
+        s.solo_seen_others = others;
+        if (!quiet || solo_waiters.load(std::memory_order_relaxed) != 0)
+            return;
+        for (const auto& o : slots) // a cheap look first: the heavy fence is for a quiet pool
+            if (o.get() != &s && o->active_since.load(std::memory_order_relaxed) != 0)
+                return;
+        std::uint32_t expected = 0;
+        if (!exclusive_flag.compare_exchange_strong(expected, solo_flag(s),
+                                                    std::memory_order_seq_cst))
+            return;
+        sched(sched_point::slot, &exclusive_flag);
+        heavy_fence(); // every mark and waiter published before is visible; later ones see the flag
+        bool busy = solo_waiters.load(std::memory_order_seq_cst) != 0;
+        for (const auto& o : slots)
+            busy = busy ||
+                   (o.get() != &s && o->active_since.load(std::memory_order_seq_cst) != 0);
+        if (busy) { // someone runs or waits: give the pool back at once
+            expected = solo_flag(s);
+            exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+            return;
+        }
+        // Every earlier commit has ended (none runs): solo timestamps come after theirs.
+        if (!mutated(mutation::solo_clock_not_raised))
+            advance_clock(newest_commit());
+        s.solo = true;
+    }
+
+    /// Frees the pool from solo slot `flag` (exclusive_flag's value), as a thread that wants to
+    /// run: asks for it back, waits until the slot runs no attempt, raises the clock past its
+    /// commits and clears the flag (unless someone else did). Returns once the flag no longer
+    /// names that slot.
+    void revoke_solo(std::uint32_t flag) noexcept {
+        thread_slot& owner = *slots[flag - solo_flag_base];
+        sched(sched_point::slot, &solo_revoke);
+        for (unsigned spins = 0; exclusive_flag.load(std::memory_order_seq_cst) == flag;
+             ++spins) {
+            solo_revoke.store(1, std::memory_order_seq_cst);
+            heavy_fence(); // the owner's next attempt sees solo_revoke, or its mark is visible
+            if (owner.active_since.load(std::memory_order_seq_cst) == 0) {
+                // No solo attempt runs, and none can start (solo_revoke): its last commit is
+                // visible, and so is its timestamp.
+                if (!mutated(mutation::solo_clock_not_raised))
+                    advance_clock(newest_commit());
+                std::uint32_t expected = flag;
+                exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+                break;
+            }
+            sched(sched_point::spin, &owner);
+            if (spins < 64)
+                cpu_relax();
+            else
+                std::this_thread::yield();
+        }
+        solo_revoke.store(0, std::memory_order_release);
+    }
+
+    /// A thread that found the pool held solo and waits to run: counted in solo_waiters from
+    /// then until the object dies (once the thread runs, or gave up).
+    class solo_waiter {
+    public:
+        explicit solo_waiter(pool_state& st) noexcept : st_(st) {}
+        ~solo_waiter() {
+            if (on_)
+                st_.solo_waiters.fetch_sub(1, std::memory_order_seq_cst);
+        }
+        solo_waiter(const solo_waiter&) = delete;
+        solo_waiter& operator=(const solo_waiter&) = delete;
+        void mark() noexcept {
+            if (!on_) {
+                st_.solo_waiters.fetch_add(1, std::memory_order_seq_cst);
+                on_ = true;
+            }
+        }
+
+    private:
+        pool_state& st_;
+        bool on_ = false;
+    };
+
+    /// Waits until no exclusive section runs, freeing the pool from a solo slot if one holds
+    /// it (the caller runs no attempt; it counts as a waiter in `w` from then on).
+    void wait_for_no_exclusive(solo_waiter& w) noexcept {
+        for (std::uint32_t f; (f = exclusive_flag.load(std::memory_order_acquire)) != 0;) {
+            if (is_solo_flag(f)) {
+                w.mark();
+                revoke_solo(f);
+                continue;
+            }
+            sched(sched_point::spin, &exclusive_flag);
+            cpu_relax();
+        }
+    }
+
     // ---- exclusive sections: serial transactions, close, recover ------------------------
 
     /// Waits until no transaction runs and keeps new ones from starting. The caller must not
     /// be inside a transaction attempt.
     void lock_exclusive() noexcept {
+        solo_waiter waiting(*this);
         std::uint32_t expected = 0;
         while (!exclusive_flag.compare_exchange_weak(expected, 1, std::memory_order_seq_cst)) {
+            if (is_solo_flag(expected)) { // a solo slot gives the pool back first
+                waiting.mark();
+                revoke_solo(expected);
+            }
             expected = 0;
             sched(sched_point::spin, &exclusive_flag);
             cpu_relax();
@@ -812,6 +973,7 @@ struct pool_state {
         mode = opt.mode;
         write_back_mode = resolve_write_back(opt.write_back, log_choice);
         write_back_lines = opt.write_back_lines == 0 ? 1 : opt.write_back_lines;
+        solo_after = opt.solo_after;
         populate_on_use = opt.populate && !opt.prefault && persist.mode() == persistence::kind::cpu;
 #if defined(TLPTM_TSAN)
         populate_ahead = false;
@@ -835,6 +997,7 @@ struct pool_state {
             s->ring.base = base + header->log_offset + std::uint64_t{i} * header->ring_size;
             s->ring.size = header->ring_size;
             s->surely_fit_words = words_that_surely_fit(mode, s->ring.capacity());
+            s->solo_countdown = solo_after;
             slots.push_back(std::move(s));
         }
     }
@@ -847,14 +1010,13 @@ struct pool_state {
         sched(sched_point::slot, &s);
         // While the thread holds the slot, nobody else settles it on its behalf but a
         // checkpoint: wait out an exclusive section (or a thief) rather than leave it behind.
+        solo_waiter waiting(*this);
         while (s.unapplied_ts.load(std::memory_order_acquire) != 0 &&
                s.holder.load(std::memory_order_relaxed) == me.token()) {
-            while (exclusive_flag.load(std::memory_order_acquire) != 0) {
-                // Its mark, published and withdrawn again and again, would hold the section
-                // back: wait for the section to end.
-                sched(sched_point::spin, &exclusive_flag);
-                std::this_thread::yield();
-            }
+            // Its mark, published and withdrawn again and again, would hold a section back:
+            // wait for the section to end (a solo slot, perhaps this very one, gives the pool
+            // back).
+            wait_for_no_exclusive(waiting);
             if (enter_held(s, me)) {
                 try {
                     settle(s, s.pctx);

@@ -56,6 +56,8 @@ enum class mutation : std::uint8_t {
                             ///< adaptive) forgets the lines earlier commits left unflushed
     pending_line_stale,     ///< deferred write-back: a line whose recorded position lies past
                             ///< the end of dirty_lines (cleared by a batch) counts as pending
+    solo_clock_not_raised,  ///< a slot takes the pool solo, or is made to give it back, without
+                            ///< raising the clock past the commits before
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
