@@ -417,6 +417,30 @@ TEST_CASE("scheduled sweep: recover() and close() while other threads are bound"
                  [](tlptm::log_mode m, std::uint64_t) { return ss::recover_close(m, 4); });
 }
 
+TEST_CASE("scheduled sweep: prompt write-back while slots change threads (lines flushed by the "
+          "previous holder)") {
+    // Seed 69 of slot-steal runs prompt write-back (seed / 2 mod 3 == 1) and gives a slot to
+    // another thread between two commits: the first commit's thread flushed its lines and
+    // never fenced again, so the second commit (another core) must flush them again. Found by
+    // 150 seeds of slot-steal on 2026-12-07: the close's checkpoint passed a commit whose line
+    // was never made durable. The mutation restores the old rule (any thread's flush counts).
+    settings s = get_settings();
+    for (std::uint64_t seed : {std::uint64_t{69}, std::uint64_t{3}}) {
+        sweep_config cfg = config_for(s, seed);
+        scenario sc = ss::slot_steal(mode_of(seed), 4);
+        if (seed == 3)
+            sc.options.solo_after = 1; // the same hole, reached through solo switches
+        sweep_result r = run_sweep(sc, cfg);
+        CHECK_MESSAGE(r.violations == 0,
+                      "slot-steal seed " << seed << ": " << r.violations << " violations");
+        cfg.lib_mut = lib_mutation::prompt_flushed_by_any;
+        sweep_result bad = run_sweep(sc, cfg);
+        MESSAGE("slot-steal seed " << seed << " with mutation prompt_flushed_by_any: "
+                                   << bad.violations << " violations");
+        CHECK(bad.violations > 0);
+    }
+}
+
 TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_after = 1)") {
     // Every attempt of a thread whose peers ran nothing since its last one takes the pool; the
     // next attempt of a peer takes it back (pool_options::solo_after). The scenarios' checks

@@ -241,6 +241,17 @@ private:
                 throw std::invalid_argument(
                     "TLPTM_NEW_BLOCK_WRITE must be nt, flush or auto, not '" + v + "'");
         }
+        // TLPTM_SOLO_AFTER=N sets pool_options::solo_after (0: a thread alone never takes the
+        // pool solo; default: the library's).
+        if (const char* sa = std::getenv("TLPTM_SOLO_AFTER"); sa && *sa) {
+            char* end = nullptr;
+            const unsigned long long n = std::strtoull(sa, &end, 10);
+            if (*end != '\0' || n > 0xFFFFFFFFull)
+                throw std::invalid_argument("TLPTM_SOLO_AFTER must be a count of transactions, "
+                                            "not '" +
+                                            std::string(sa) + "'");
+            o.solo_after = static_cast<std::uint32_t>(n);
+        }
         // TLPTM_POPULATE_AHEAD=0 runs without the pool's page-ahead thread (default: on).
         if (const char* pa = std::getenv("TLPTM_POPULATE_AHEAD"); pa && *pa) {
             const std::string v(pa);

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -288,6 +289,29 @@ void print_log_write(std::FILE* out, const tlptm::log_write_choice& c) {
     std::fprintf(out, "tlptm log entries: %s\n", describe_log_write(c).c_str());
 }
 
+/// The share of tlptm's measured transactions that ran solo (pool_options::solo_after: a
+/// thread alone takes the pool and runs without concurrency control), per thread count.
+void print_solo(std::FILE* out, const std::vector<run_result>& rows) {
+    std::map<unsigned, std::pair<std::uint64_t, std::uint64_t>> by_threads; // solo, all
+    for (const run_result& r : rows)
+        if (r.backend == "tlptm" && r.ok() && r.has_stats) {
+            auto& [solo, all] = by_threads[r.threads];
+            solo += r.pm.tx_solo;
+            all += r.pm.tx_committed + r.pm.tx_read_only;
+        }
+    if (by_threads.empty())
+        return;
+    std::fprintf(out, "tlptm solo (a thread alone runs without concurrency control): ");
+    const char* sep = "";
+    for (const auto& [threads, n] : by_threads) {
+        std::fprintf(
+            out, "%s%u thread%s %.1f %% of transactions", sep, threads, threads == 1 ? "" : "s",
+            n.second ? 100.0 * static_cast<double>(n.first) / static_cast<double>(n.second) : 0.0);
+        sep = ", ";
+    }
+    std::fprintf(out, "\n");
+}
+
 template <std::size_t N> int run_all(const options& o, const std::string& pool_path) {
     std::FILE* out = stdout;
     std::vector<run_result> rows;
@@ -409,6 +433,7 @@ template <std::size_t N> int run_all(const options& o, const std::string& pool_p
         if (const auto& wb = tlptm_backend<N>::last_write_back)
             std::fprintf(out, "tlptm write-back: %s\n",
                          describe_write_back(wb->chosen, wb->asked, *lw).c_str());
+        print_solo(out, rows);
     }
     std::size_t failed = 0;
     bool ran_volatile = false;

@@ -953,13 +953,17 @@ inline void commit(thread_slot& s) {
         // an insert). The earlier commits that wrote it stay pending with it: in_flight keeps
         // their bound below.
         //
-        // Prompt: if the previous commit flushed its lines already, they are only looked at;
-        // this commit flushes its own right after writing them back, unless it writes one of
-        // the previous commit's lines (hot lines: then as eager).
+        // Prompt: if the previous commit flushed its lines already, on this thread, they are
+        // only looked at (this commit's F1 completes those flushes; one of another thread,
+        // the slot taken over since, it does not: then as eager); this commit flushes its own
+        // right after writing them back, unless it writes one of the previous commit's lines
+        // (hot lines: then as eager).
         bool carried = false, rewritten = false, pending_cleared = false;
         if (!lazy && previous_unfenced && !mutated(mutation::no_write_back_flush) &&
             !mutated(mutation::no_persistence)) {
-            if (prompt && s.lines_flushed) {
+            if (prompt && s.lines_flushed_by != 0 &&
+                (s.lines_flushed_by == s.holder.load(std::memory_order_relaxed) ||
+                 mutated(mutation::prompt_flushed_by_any))) {
                 rewritten = rewrites_previous_lines(s);
             } else {
                 // Adaptive: lines left by several commits are in commit order, not ascending,
@@ -1036,7 +1040,8 @@ inline void commit(thread_slot& s) {
             !mutated(mutation::no_persistence))
             st.persist.flush_lines(s.pctx, st.base, s.dirty_lines.data(), s.dirty_lines.size());
         if (prompt) // eager and lazy never read it: no store after F1 for them
-            s.lines_flushed = flush_after_write_back;
+            s.lines_flushed_by =
+                flush_after_write_back ? s.holder.load(std::memory_order_relaxed) : 0;
         // Step 6: no fence yet. Eager: the slot's next commit flushes the lines before its F1
         // (above); prompt: they were flushed just above; a thread that needs CT to pass this
         // commit sooner settles the slot. Lazy: the batch below flushes them.

@@ -178,12 +178,16 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// The attempt runs solo: the pool is this slot's (pool_state::try_solo) and no other
     /// attempt can start before it ends, so it reads and commits without orecs.
     bool solo = false;
-    /// Attempts of the slot until it next looks whether it may take the pool solo, and the other
-    /// slots' transaction count when it last looked (pool_state::try_solo).
+    /// Attempts of the slot until it next looks whether it may take the pool solo, how many it
+    /// waits between looks (pool_options::solo_after, doubled each time another thread took
+    /// the pool back, at most solo_window_max), whether the pool was the slot's at its last
+    /// attempt, and the other slots' transaction count when it last looked (try_solo).
     std::uint32_t solo_countdown = 0;
+    std::uint32_t solo_window = 0;
+    bool held_solo = false;
     std::uint64_t solo_seen_others = 0;
-    bool doomed = false;        ///< a conflict was signalled; the attempt must not commit
-    bool committed = false;     ///< the attempt committed (its allocations stay)
+    bool doomed = false;    ///< a conflict was signalled; the attempt must not commit
+    bool committed = false; ///< the attempt committed (its allocations stay)
     /// The first exception that left a nested atomic of this attempt: the outermost atomic
     /// rethrows it instead of committing (the whole transaction aborts, as in PMDK).
     std::exception_ptr nested_error;
@@ -224,10 +228,12 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     static constexpr unsigned pending_line_hash_bits = 9;
     std::array<std::uint32_t, std::size_t{1} << pending_line_hash_bits> pending_line_at{};
     /// write_back::prompt: the commit that recorded dirty_lines also flushed them right after
-    /// its write-back, so the slot's next commit only looks at them (a helper that settles the
-    /// slot flushes them again: its own fence does not complete this thread's flushes). Read
-    /// and written by the owner in its commits only.
-    bool lines_flushed = false;
+    /// its write-back: the thread that did (its record's token, the slot's holder then), else 0.
+    /// The slot's next commit only looks at them if it runs on that same thread: a fence
+    /// completes only its own core's flushes, so a commit of another thread (the slot taken
+    /// over, take_idle_slot) flushes them again, as a helper that settles the slot does. Read
+    /// and written by the attempt that runs in the slot, in its commits only.
+    std::uintptr_t lines_flushed_by = 0;
 
     /// The two sides of the lock between a commit and a helper that settles the slot's
     /// write-back (asymmetric: the owner publishes `committing` with a plain store, the helper
@@ -314,6 +320,9 @@ struct pool_state {
     /// no slot takes the pool while one waits, or a slot whose peers could not run (so ran no
     /// transaction) would take it again and again before them.
     std::atomic<std::uint32_t> solo_waiters{0};
+    /// The thread (its record's token) that took the pool solo: only it runs solo in the slot;
+    /// a thread that takes the slot over (take_idle_slot) takes the pool back first.
+    std::atomic<std::uintptr_t> solo_thread{0};
     /// pool_options::solo_after (0: never solo).
     std::uint32_t solo_after = 0;
     std::mutex checkpoint_mutex; ///< persisted CT only grows (I2): one writer at a time
@@ -678,12 +687,19 @@ struct pool_state {
             publish(s.active_since, clock.load(std::memory_order_acquire) + 1);
             const std::uint32_t f = exclusive_flag.load(std::memory_order_seq_cst);
             if (f == 0) {
+                if (s.held_solo) [[unlikely]] // another thread took the pool back
+                    solo_lost(s);
                 if (solo_after != 0 && --s.solo_countdown == 0) [[unlikely]]
-                    try_solo(s);
+                    try_solo(s, me);
                 return true;
             }
-            // The slot holds the pool solo, and nobody asked for it back (revoke_solo).
-            if (f == solo_flag(s) && solo_revoke.load(std::memory_order_seq_cst) == 0) {
+            // The slot holds the pool solo, and nobody asked for it back (revoke_solo). The flag
+            // is read again after solo_revoke: a thread that took the pool back cleared the flag
+            // before it cleared solo_revoke, so a cleared solo_revoke read here comes with the
+            // cleared flag (the first read may predate both).
+            if (f == solo_flag(s) && solo_thread.load(std::memory_order_relaxed) == me.token() &&
+                solo_revoke.load(std::memory_order_seq_cst) == 0 &&
+                exclusive_flag.load(std::memory_order_seq_cst) == f) {
                 s.solo = true;
                 return true;
             }
@@ -825,7 +841,9 @@ struct pool_state {
     // what orders a word's writers across the switch (recovery replays them in ts order).
 
     static constexpr std::uint32_t solo_flag_base = 2;
-    std::uint32_t solo_flag(const thread_slot& s) const noexcept { return solo_flag_base + s.index; }
+    std::uint32_t solo_flag(const thread_slot& s) const noexcept {
+        return solo_flag_base + s.index;
+    }
     static bool is_solo_flag(std::uint32_t f) noexcept { return f >= solo_flag_base; }
 
     /// Transactions run so far by the slots other than `s` (committed, read-only, aborted).
@@ -844,8 +862,8 @@ struct pool_state {
     /// Called by enter_held for `s`'s attempt (mark published, no exclusive section) every
     /// solo_after attempts: if no other slot ran a transaction since the last look and none runs
     /// one now, takes the pool for `s` (this attempt already runs solo).
-    [[gnu::noinline]] void try_solo(thread_slot& s) noexcept {
-        s.solo_countdown = solo_after;
+    [[gnu::noinline]] void try_solo(thread_slot& s, const thread_record& me) noexcept {
+        s.solo_countdown = s.solo_window;
         const std::uint64_t others = others_transactions(s);
         const bool quiet = others == s.solo_seen_others;
         s.solo_seen_others = others;
@@ -854,6 +872,7 @@ struct pool_state {
         for (const auto& o : slots) // a cheap look first: the heavy fence is for a quiet pool
             if (o.get() != &s && o->active_since.load(std::memory_order_relaxed) != 0)
                 return;
+        solo_thread.store(me.token(), std::memory_order_relaxed); // ordered by the CAS below
         std::uint32_t expected = 0;
         if (!exclusive_flag.compare_exchange_strong(expected, solo_flag(s),
                                                     std::memory_order_seq_cst))
@@ -862,8 +881,7 @@ struct pool_state {
         heavy_fence(); // every mark and waiter published before is visible; later ones see the flag
         bool busy = solo_waiters.load(std::memory_order_seq_cst) != 0;
         for (const auto& o : slots)
-            busy = busy ||
-                   (o.get() != &s && o->active_since.load(std::memory_order_seq_cst) != 0);
+            busy = busy || (o.get() != &s && o->active_since.load(std::memory_order_seq_cst) != 0);
         if (busy) { // someone runs or waits: give the pool back at once
             expected = solo_flag(s);
             exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
@@ -872,7 +890,19 @@ struct pool_state {
         // Every earlier commit has ended (none runs): solo timestamps come after theirs.
         if (!mutated(mutation::solo_clock_not_raised))
             advance_clock(newest_commit());
-        s.solo = true;
+        s.solo = s.held_solo = true;
+    }
+
+    /// The largest number of attempts a slot waits between looks at taking the pool solo.
+    static constexpr std::uint32_t solo_window_max = std::uint32_t{1} << 16;
+
+    /// `s` held the pool solo and another thread took it back: the slot waits twice as long
+    /// before it looks again, so that threads that run by turns do not pay a switch (two heavy
+    /// fences and a wait) every few transactions.
+    [[gnu::noinline]] void solo_lost(thread_slot& s) noexcept {
+        s.held_solo = false;
+        s.solo_window = std::min(s.solo_window * 2, solo_window_max);
+        s.solo_countdown = s.solo_window;
     }
 
     /// Frees the pool from solo slot `flag` (exclusive_flag's value), as a thread that wants to
@@ -882,10 +912,12 @@ struct pool_state {
     void revoke_solo(std::uint32_t flag) noexcept {
         thread_slot& owner = *slots[flag - solo_flag_base];
         sched(sched_point::slot, &solo_revoke);
-        for (unsigned spins = 0; exclusive_flag.load(std::memory_order_seq_cst) == flag;
-             ++spins) {
-            solo_revoke.store(1, std::memory_order_seq_cst);
-            heavy_fence(); // the owner's next attempt sees solo_revoke, or its mark is visible
+        solo_revoke.store(1, std::memory_order_seq_cst);
+        // Once: from here on the owner's attempts see solo_revoke and back off (enter_held), and
+        // the mark of an attempt it began before is visible. Waiting needs no more fences (one
+        // per turn sent the owner an interrupt per turn).
+        heavy_fence();
+        for (unsigned spins = 0; exclusive_flag.load(std::memory_order_seq_cst) == flag; ++spins) {
             if (owner.active_since.load(std::memory_order_seq_cst) == 0) {
                 // No solo attempt runs, and none can start (solo_revoke): its last commit is
                 // visible, and so is its timestamp.
@@ -997,7 +1029,7 @@ struct pool_state {
             s->ring.base = base + header->log_offset + std::uint64_t{i} * header->ring_size;
             s->ring.size = header->ring_size;
             s->surely_fit_words = words_that_surely_fit(mode, s->ring.capacity());
-            s->solo_countdown = solo_after;
+            s->solo_countdown = s->solo_window = solo_after;
             slots.push_back(std::move(s));
         }
     }

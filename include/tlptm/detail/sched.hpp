@@ -58,6 +58,9 @@ enum class mutation : std::uint8_t {
                             ///< the end of dirty_lines (cleared by a batch) counts as pending
     solo_clock_not_raised,  ///< a slot takes the pool solo, or is made to give it back, without
                             ///< raising the clock past the commits before
+    prompt_flushed_by_any,  ///< prompt: a commit takes the previous commit's lines as flushed
+                            ///< although another thread flushed them (its fence does not
+                            ///< complete that thread's flushes)
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
