@@ -872,11 +872,14 @@ struct pool_state {
         for (const auto& o : slots) // a cheap look first: the heavy fence is for a quiet pool
             if (o.get() != &s && o->active_since.load(std::memory_order_relaxed) != 0)
                 return;
-        solo_thread.store(me.token(), std::memory_order_relaxed); // ordered by the CAS below
         std::uint32_t expected = 0;
         if (!exclusive_flag.compare_exchange_strong(expected, solo_flag(s),
                                                     std::memory_order_seq_cst))
             return;
+        // Written only by the thread whose flag is in place (a look that lost the race must not
+        // overwrite the winner's); the heavy fence below publishes it before any other thread
+        // can take the slot.
+        solo_thread.store(me.token(), std::memory_order_relaxed);
         sched(sched_point::slot, &exclusive_flag);
         heavy_fence(); // every mark and waiter published before is visible; later ones see the flag
         bool busy = solo_waiters.load(std::memory_order_seq_cst) != 0;
