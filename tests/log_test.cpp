@@ -419,6 +419,74 @@ TEST_CASE("the worked example of docs/log-format.md") {
     CHECK(std::vector<std::uint8_t>(bytes.begin(), bytes.end()) == want);
 }
 
+TEST_CASE("a one-word entry encodes as the general encoder encodes it") {
+    std::mt19937_64 rng(5);
+    const pointer_range none{};
+    for (int i = 0; i < 200000; ++i) {
+        const pointer_range& range = i % 4 == 0 ? none : ptrs;
+        std::uint64_t offset = 8 * (rng() % (pool_size / 8));
+        if (i % 7 == 0)
+            offset = i % 14 == 0 ? 0 : pool_size - 8;
+        std::uint64_t value;
+        switch (rng() % 5) { // small, negative, a pointer into the pool, its ends, random
+        case 0:
+            value = rng() % 300;
+            break;
+        case 1:
+            value = ~(rng() % 300);
+            break;
+        case 2:
+            value = pool_base + rng() % pool_size;
+            break;
+        case 3:
+            value = rng() % 2 ? pool_base : pool_base + pool_size - (rng() % 2);
+            break;
+        default:
+            value = rng();
+            break;
+        }
+        CAPTURE(offset);
+        CAPTURE(value);
+        const std::vector<log_record> recs = {{offset, value, ~std::uint64_t{0}}};
+        entry_builder general, one;
+        const std::size_t bound_general = general.encode(entry_format::compressed, recs, range);
+        const std::size_t bound_one = one.encode_one_word(offset, value, range);
+        REQUIRE(bound_one == bound_general);
+        const std::uint64_t ts = 100 + rng() % 300;
+        auto a = general.seal(ts, 99, 4);
+        auto b = one.seal(ts, 99, 4);
+        REQUIRE(std::vector<std::uint8_t>(a.begin(), a.end()) ==
+                std::vector<std::uint8_t>(b.begin(), b.end()));
+    }
+}
+
+TEST_CASE("the compressed header: one-byte fields and longer ones on either side of 128") {
+    // seal() writes one-byte header fields directly and longer ones with put_varint; either
+    // way the header is format byte, payload size, ts - prev_ts (prefix varints), then the CRC.
+    for (std::size_t words : {1u, 2u, 41u, 42u, 43u, 60u}) {
+        std::vector<log_record> recs;
+        for (std::uint64_t i = 0; i < words; ++i) // 3-byte records: 1-byte H, 2-byte value
+            recs.push_back({8 * 2 * i, 1000 + i, ~std::uint64_t{0}});
+        for (std::uint64_t delta : {1u, 126u, 127u, 128u, 129u, 20000u}) {
+            CAPTURE(words);
+            CAPTURE(delta);
+            const std::uint64_t prev = 5000, ts = prev + delta;
+            auto bytes = round_trip(entry_format::compressed, recs, ts, prev);
+            entry_builder b;
+            const std::size_t payload = b.encode(entry_format::compressed, recs, ptrs) -
+                                        tlptm::detail::max_compressed_header_bytes;
+            std::uint8_t want[9 + 9 + 9];
+            std::size_t n1 = tlptm::codec::put_varint(want, payload);
+            std::size_t n2 = tlptm::codec::put_varint(want + 9, delta);
+            REQUIRE(bytes.size() == 1 + n1 + n2 + 4 + payload);
+            CHECK(bytes[0] == static_cast<std::uint8_t>(entry_format::compressed));
+            CHECK(std::memcmp(bytes.data() + 1, want, n1) == 0);
+            CHECK(std::memcmp(bytes.data() + 1 + n1, want + 9, n2) == 0);
+            CHECK((payload < 128) == (n1 == 1));
+        }
+    }
+}
+
 TEST_CASE("entries written as whole words leave the ring byte-packed, with zeros after the tail") {
     // What a commit does: widen the entry to the aligned words around its ring position (the
     // bytes before it from the slot's copy of the tail word) and copy those words with

@@ -381,6 +381,26 @@ public:
                             records.size(), ptrs, covered, covered_crc);
     }
 
+    /// encode() of one whole word at `offset` (mask all ones) in the compressed format, covering
+    /// no blocks: the same bytes as the general encoder gives it, without its loop (a one-word
+    /// update is the commonest transaction).
+    std::size_t encode_one_word(std::uint64_t offset, std::uint64_t value, pointer_range ptrs) {
+        format_ = entry_format::compressed;
+        covers_ = false;
+        payload_at_ = word_slack + max_compressed_header_bytes;
+        if (const std::size_t need = payload_at_ + compressed_bound(1) + word_slack;
+            buf_.size() < need) [[unlikely]]
+            buf_.resize(std::max(need, 2 * buf_.size()));
+        std::uint8_t* const start = buf_.data() + payload_at_;
+        const std::uint64_t span = ptrs.base == 0 ? 0 : ptrs.size;
+        const bool ptr = value - ptrs.base < span;
+        std::uint8_t* p = start + codec::put_varint(start, offset / 8 << 3 | (ptr ? 4u : 0u));
+        p += codec::put_varint(p, ptr ? value - ptrs.base
+                                      : codec::zigzag_encode(static_cast<std::int64_t>(value)));
+        payload_ = static_cast<std::size_t>(p - start);
+        return max_compressed_header_bytes + payload_;
+    }
+
     /// encode() of the `words` words of cursor `c` (ascending offsets).
     template <class Cursor>
     [[gnu::always_inline]] std::size_t
@@ -440,6 +460,15 @@ public:
             auto len32 = static_cast<std::uint32_t>(length);
             std::memcpy(e + 8, &len32, 4);
             crc_at = 12;
+        } else if ((payload_ | (ts - prev_ts)) < 128) [[likely]] {
+            // Both header varints take one byte (a small transaction, consecutive commits of
+            // the ring): the three header bytes as put_varint writes them, no spill to undo.
+            crc_at = 3;
+            e = buf_.data() + payload_at_ - 7;
+            e[0] = format_byte;
+            e[1] = static_cast<std::uint8_t>(payload_ << 1);
+            e[2] = static_cast<std::uint8_t>((ts - prev_ts) << 1);
+            length = 7 + payload_;
         } else {
             // The header goes right before the payload: its size first, then its bytes. A
             // varint store may spill a few bytes past its encoding, into the CRC (written

@@ -777,7 +777,7 @@ public:
                 flush_cpu_lines(dst, n);
             }
             thread_counters::add(ctx.counters.log_lines_flushed, lines_of(dst, n));
-            spin_ns(std::uint64_t{write_ns_} * lines_of(dst, n));
+            emulate_write(dst, n);
             return;
         }
         thread_counters::add(ctx.counters.streamed_bytes, n);
@@ -789,7 +789,7 @@ public:
             std::memcpy(dst, src, n);
             note_msync(ctx, dst, n);
         }
-        spin_ns(std::uint64_t{write_ns_} * lines_of(dst, n));
+        emulate_write(dst, n);
     }
 
     /// Asks for the lines of the next log entry, at `at` in a ring of `capacity` bytes whose
@@ -872,7 +872,7 @@ public:
             // source may be the destination.
             stream_copy(p, p, n);
         }
-        spin_ns(std::uint64_t{write_ns_} * lines_of(addr, n));
+        emulate_write(addr, n);
     }
 
     /// Writes back whole cache lines, given by their index from `base` (line l is [base + 64 l,
@@ -925,6 +925,13 @@ public:
     }
 
 private:
+    /// The emulated write latency of the lines of [addr, addr + n) (none by default: the line
+    /// count is not even computed).
+    void emulate_write(const void* addr, std::size_t n) const noexcept {
+        if (write_ns_ != 0) [[unlikely]]
+            spin_ns(std::uint64_t{write_ns_} * lines_of(addr, n));
+    }
+
     static void note_msync(persist_ctx& ctx, const void* addr, std::size_t n) {
         static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
         auto a = reinterpret_cast<std::uintptr_t>(addr);

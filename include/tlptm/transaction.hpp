@@ -836,9 +836,14 @@ inline void commit(thread_slot& s) {
     s.writes.sort_for_commit();
     const std::uint32_t covered_crc =
         s.alloc.allocated.empty() ? (s.covered.clear(), 0u) : choose_covered_blocks(s);
-    std::size_t bound = s.entry.encode_words(
-        compresses(st.mode) ? entry_format::compressed : entry_format::baseline, s.writes.words(),
-        s.writes.size(), st.pointers(), s.covered, covered_crc);
+    const bool compressed = compresses(st.mode);
+    const write_set::run& first = *s.writes.runs().begin();
+    std::size_t bound =
+        compressed && s.writes.size() == 1 && first.mask == write_set::full && s.covered.empty()
+            ? s.entry.encode_one_word(first.offset, s.writes.values()[0], st.pointers())
+            : s.entry.encode_words(compressed ? entry_format::compressed : entry_format::baseline,
+                                   s.writes.words(), s.writes.size(), st.pointers(), s.covered,
+                                   covered_crc);
     if (bound > s.ring.capacity())
         throw log_overflow(bound, s.ring.capacity());
     // Ring space first: a wrap may wait for other transactions, so do it holding no lock and
