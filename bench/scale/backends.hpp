@@ -236,7 +236,8 @@ private:
         o.mode = tlptm::log_mode::tlptm;
         o.durability = c.durability;
         o.emulate_write_ns = 0;
-        o.max_threads = c.threads + 2; // the workers, and the thread that fills and checks
+        workloads::apply_env_options(o); // TLPTM_SOLO_AFTER and the rest, as for the tables
+        o.max_threads = c.threads + 2;   // the workers, and the thread that fills and checks
         o.size = (std::size_t{64} << 20) + std::size_t{o.max_threads} * (std::size_t{2} << 20) +
                  2 * c.accounts * sizeof(account);
         return o;

@@ -141,6 +141,66 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     return s + blocks + buf;
 }
 
+/// The pool options the environment sets, to compare the library's choices in the workload
+/// programs (tlptm-workloads, tlptm-scale): TLPTM_WRITE_BACK, TLPTM_LOG_WRITE,
+/// TLPTM_NEW_BLOCK_WRITE, TLPTM_SOLO_AFTER, TLPTM_POPULATE_AHEAD (docs/workloads.md). Unset or
+/// empty: the library's default.
+/// @throw std::invalid_argument a value the variable does not take
+inline void apply_env_options(tlptm::pool_options& o) {
+    // TLPTM_WRITE_BACK=eager|lazy|prompt|adaptive|automatic compares the write-back
+    // policies (default: the library's, automatic).
+    if (const char* wb = std::getenv("TLPTM_WRITE_BACK"); wb && *wb) {
+        const auto w = parse_write_back(wb);
+        if (!w)
+            throw std::invalid_argument("TLPTM_WRITE_BACK must be eager, lazy, prompt, "
+                                        "adaptive or automatic, not '" +
+                                        std::string(wb) + "'");
+        o.write_back = *w;
+    }
+    // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
+    // library's, auto: measured when the pool opens).
+    if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {
+        const std::string v(lw);
+        if (v == "flush")
+            o.log_write = tlptm::log_write::store_and_flush;
+        else if (v == "nt")
+            o.log_write = tlptm::log_write::non_temporal;
+        else if (v != "auto" && !v.empty())
+            throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
+                                        "'");
+    }
+    // TLPTM_NEW_BLOCK_WRITE=nt|flush|auto compares the ways of making an insert's new
+    // blocks durable (default: the library's, auto: measured with the entries).
+    if (const char* nb = std::getenv("TLPTM_NEW_BLOCK_WRITE")) {
+        const std::string v(nb);
+        if (v == "flush")
+            o.new_block_write = tlptm::log_write::store_and_flush;
+        else if (v == "nt")
+            o.new_block_write = tlptm::log_write::non_temporal;
+        else if (v != "auto" && !v.empty())
+            throw std::invalid_argument("TLPTM_NEW_BLOCK_WRITE must be nt, flush or auto, not '" +
+                                        v + "'");
+    }
+    // TLPTM_SOLO_AFTER=N sets pool_options::solo_after (0: a thread alone never takes the
+    // pool solo; default: the library's).
+    if (const char* sa = std::getenv("TLPTM_SOLO_AFTER"); sa && *sa) {
+        char* end = nullptr;
+        const unsigned long long n = std::strtoull(sa, &end, 10);
+        if (*end != '\0' || n > 0xFFFFFFFFull)
+            throw std::invalid_argument("TLPTM_SOLO_AFTER must be a count of transactions, "
+                                        "not '" +
+                                        std::string(sa) + "'");
+        o.solo_after = static_cast<std::uint32_t>(n);
+    }
+    // TLPTM_POPULATE_AHEAD=0 runs without the pool's page-ahead thread (default: on).
+    if (const char* pa = std::getenv("TLPTM_POPULATE_AHEAD"); pa && *pa) {
+        const std::string v(pa);
+        if (v != "0" && v != "1")
+            throw std::invalid_argument("TLPTM_POPULATE_AHEAD must be 0 or 1, not '" + v + "'");
+        o.populate_ahead = v == "1";
+    }
+}
+
 /// tlptm in one of its log modes, persistent memory emulated (durability::emulate_pmem: CPU
 /// flushes and fences only, plus the emulated write latency per line).
 template <std::size_t N> class tlptm_backend {
@@ -207,58 +267,7 @@ private:
         o.mode = c.mode;
         o.durability = c.durability;
         o.emulate_write_ns = c.write_ns;
-        // TLPTM_WRITE_BACK=eager|lazy|prompt|adaptive|automatic compares the write-back
-        // policies (default: the library's, automatic).
-        if (const char* wb = std::getenv("TLPTM_WRITE_BACK"); wb && *wb) {
-            const auto w = parse_write_back(wb);
-            if (!w)
-                throw std::invalid_argument("TLPTM_WRITE_BACK must be eager, lazy, prompt, "
-                                            "adaptive or automatic, not '" +
-                                            std::string(wb) + "'");
-            o.write_back = *w;
-        }
-        // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
-        // library's, auto: measured when the pool opens).
-        if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {
-            const std::string v(lw);
-            if (v == "flush")
-                o.log_write = tlptm::log_write::store_and_flush;
-            else if (v == "nt")
-                o.log_write = tlptm::log_write::non_temporal;
-            else if (v != "auto" && !v.empty())
-                throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
-                                            "'");
-        }
-        // TLPTM_NEW_BLOCK_WRITE=nt|flush|auto compares the ways of making an insert's new
-        // blocks durable (default: the library's, auto: measured with the entries).
-        if (const char* nb = std::getenv("TLPTM_NEW_BLOCK_WRITE")) {
-            const std::string v(nb);
-            if (v == "flush")
-                o.new_block_write = tlptm::log_write::store_and_flush;
-            else if (v == "nt")
-                o.new_block_write = tlptm::log_write::non_temporal;
-            else if (v != "auto" && !v.empty())
-                throw std::invalid_argument(
-                    "TLPTM_NEW_BLOCK_WRITE must be nt, flush or auto, not '" + v + "'");
-        }
-        // TLPTM_SOLO_AFTER=N sets pool_options::solo_after (0: a thread alone never takes the
-        // pool solo; default: the library's).
-        if (const char* sa = std::getenv("TLPTM_SOLO_AFTER"); sa && *sa) {
-            char* end = nullptr;
-            const unsigned long long n = std::strtoull(sa, &end, 10);
-            if (*end != '\0' || n > 0xFFFFFFFFull)
-                throw std::invalid_argument("TLPTM_SOLO_AFTER must be a count of transactions, "
-                                            "not '" +
-                                            std::string(sa) + "'");
-            o.solo_after = static_cast<std::uint32_t>(n);
-        }
-        // TLPTM_POPULATE_AHEAD=0 runs without the pool's page-ahead thread (default: on).
-        if (const char* pa = std::getenv("TLPTM_POPULATE_AHEAD"); pa && *pa) {
-            const std::string v(pa);
-            if (v != "0" && v != "1")
-                throw std::invalid_argument("TLPTM_POPULATE_AHEAD must be 0 or 1, not '" + v + "'");
-            o.populate_ahead = v == "1";
-        }
+        apply_env_options(o);
         o.max_threads = c.threads + 2; // the workers, and the thread that preloads and checks
         const std::uint64_t buckets = std::bit_ceil(c.bucket_count < 16 ? 16 : c.bucket_count);
         // Room for the nodes in their size class, the bucket array, every log ring, and a
