@@ -441,6 +441,42 @@ TEST_CASE("scheduled sweep: prompt write-back while slots change threads (lines 
     }
 }
 
+TEST_CASE("scheduled sweep: a thread whose new slot is blocked by a solo slot keeps that slot") {
+    // A thread whose slot was taken over takes a free or idle one; if it cannot enter it at
+    // once (a solo slot holds the pool), its next turn must enter that slot, not take a second
+    // one: the first stayed held by the thread, and nobody settled its pending write-back (its
+    // in_flight held CT back) or gave it up. Found by 400 seeds of solo slot-steal on
+    // 2026-12-07 (seeds 276, 312, 333); the harness now also checks that no slot is held once
+    // the workers have exited, which seed 57 of solo cross-free and recover-close reaches.
+    // The mutation restores the old loop.
+    settings s = get_settings();
+    auto solo = [](scenario sc) {
+        sc.options.solo_after = 1;
+        return sc;
+    };
+    struct run_of {
+        const char* name;
+        std::uint64_t seed;
+        scenario sc;
+    };
+    for (const run_of& r :
+         {run_of{"solo-slot-steal", 276, solo(ss::slot_steal(mode_of(276), 4))},
+          run_of{"solo-slot-steal", 312, solo(ss::slot_steal(mode_of(312), 4))},
+          run_of{"solo-cross-free", 57, solo(ss::cross_free(mode_of(57), 5))},
+          run_of{"solo-recover-close", 57, solo(ss::recover_close(mode_of(57), 4))}}) {
+        sweep_config cfg = config_for(s, r.seed);
+        sweep_result good = run_sweep(r.sc, cfg);
+        CHECK_MESSAGE(good.violations == 0, std::string(r.name)
+                                                << " seed " << r.seed << ": " << good.violations
+                                                << " violations");
+        cfg.lib_mut = lib_mutation::taken_slot_forgotten;
+        sweep_result bad = run_sweep(r.sc, cfg);
+        MESSAGE(std::string(r.name) << " seed " << r.seed << " with mutation taken_slot_forgotten: "
+                                    << bad.violations << " violations");
+        CHECK(bad.violations > 0);
+    }
+}
+
 TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_after = 1)") {
     // Every attempt of a thread whose peers ran nothing since its last one takes the pool; the
     // next attempt of a peer takes it back (pool_options::solo_after). The scenarios' checks

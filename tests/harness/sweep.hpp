@@ -691,6 +691,17 @@ private:
                                   " after its thread exited, on a healthy pool (CT can never "
                                   "pass it)",
                               "leak");
+        // Every thread gives up its slot when it exits (settle_on_exit); a thread holds one
+        // slot at a time. A slot still held now belongs to no live thread but this one: a
+        // thread that took a second slot left its first behind (enter_slow, found by 400
+        // seeds of solo slot-steal on 2026-12-07).
+        const std::uintptr_t me = tlptm::detail::this_thread_registry.record().token();
+        for (const auto& s : st.slots)
+            if (const std::uintptr_t h = s->holder.load(); h != 0 && h != me)
+                violation("slot " + std::to_string(s->index) +
+                              " is still held after every worker thread exited (nobody will "
+                              "settle it or give it up)",
+                          "leak");
     }
 
     // ---- prediction -----------------------------------------------------------------------

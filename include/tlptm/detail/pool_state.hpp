@@ -732,6 +732,12 @@ struct pool_state {
                 s = take_idle_slot(me);
             if (s && enter_held(*s, me))
                 return *s;
+            // A slot taken but not entered (an exclusive section or a solo slot in the way) is
+            // the thread's now: the next turn enters it, not another one. Taking a second slot
+            // left the first held by the thread with nobody to settle it (its pending
+            // write-back kept in_flight and held CT back) or to give it up.
+            if (s && !mutated(mutation::taken_slot_forgotten))
+                preferred = s;
             sched(sched_point::spin, preferred); // every slot is busy
             if (spins < 64)
                 cpu_relax();

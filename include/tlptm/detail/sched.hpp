@@ -61,6 +61,8 @@ enum class mutation : std::uint8_t {
     prompt_flushed_by_any,  ///< prompt: a commit takes the previous commit's lines as flushed
                             ///< although another thread flushed them (its fence does not
                             ///< complete that thread's flushes)
+    taken_slot_forgotten,   ///< a thread that took a slot but could not enter it takes another
+                            ///< one next, and holds both
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
