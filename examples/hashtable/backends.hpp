@@ -141,6 +141,22 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     return s + blocks + buf;
 }
 
+/// The log write method environment variable `name` asks for: nt or flush; nothing when it is
+/// unset, empty or auto (the library's choice).
+/// @throw std::invalid_argument any other value
+inline std::optional<tlptm::log_write> env_log_write(const char* name) {
+    const char* value = std::getenv(name);
+    const std::string v = value ? value : "";
+    if (v == "flush")
+        return tlptm::log_write::store_and_flush;
+    if (v == "nt")
+        return tlptm::log_write::non_temporal;
+    if (v != "auto" && !v.empty())
+        throw std::invalid_argument(std::string(name) + " must be nt, flush or auto, not '" + v +
+                                    "'");
+    return std::nullopt;
+}
+
 /// The pool options the environment sets, to compare the library's choices in the workload
 /// programs (tlptm-workloads, tlptm-scale): TLPTM_WRITE_BACK, TLPTM_LOG_WRITE,
 /// TLPTM_NEW_BLOCK_WRITE, TLPTM_SOLO_AFTER, TLPTM_POPULATE_AHEAD (docs/workloads.md). Unset or
@@ -158,29 +174,12 @@ inline void apply_env_options(tlptm::pool_options& o) {
         o.write_back = *w;
     }
     // TLPTM_LOG_WRITE=nt|flush|auto compares the ways of writing log entries (default: the
-    // library's, auto: measured when the pool opens).
-    if (const char* lw = std::getenv("TLPTM_LOG_WRITE")) {
-        const std::string v(lw);
-        if (v == "flush")
-            o.log_write = tlptm::log_write::store_and_flush;
-        else if (v == "nt")
-            o.log_write = tlptm::log_write::non_temporal;
-        else if (v != "auto" && !v.empty())
-            throw std::invalid_argument("TLPTM_LOG_WRITE must be nt, flush or auto, not '" + v +
-                                        "'");
-    }
-    // TLPTM_NEW_BLOCK_WRITE=nt|flush|auto compares the ways of making an insert's new
-    // blocks durable (default: the library's, auto: measured with the entries).
-    if (const char* nb = std::getenv("TLPTM_NEW_BLOCK_WRITE")) {
-        const std::string v(nb);
-        if (v == "flush")
-            o.new_block_write = tlptm::log_write::store_and_flush;
-        else if (v == "nt")
-            o.new_block_write = tlptm::log_write::non_temporal;
-        else if (v != "auto" && !v.empty())
-            throw std::invalid_argument("TLPTM_NEW_BLOCK_WRITE must be nt, flush or auto, not '" +
-                                        v + "'");
-    }
+    // library's, auto: measured when the pool opens); TLPTM_NEW_BLOCK_WRITE likewise the ways
+    // of making an insert's new blocks durable (auto: measured with the entries).
+    if (const auto w = env_log_write("TLPTM_LOG_WRITE"))
+        o.log_write = *w;
+    if (const auto w = env_log_write("TLPTM_NEW_BLOCK_WRITE"))
+        o.new_block_write = *w;
     // TLPTM_SOLO_AFTER=N sets pool_options::solo_after (0: a thread alone never takes the
     // pool solo; default: the library's).
     if (const char* sa = std::getenv("TLPTM_SOLO_AFTER"); sa && *sa) {
