@@ -388,9 +388,7 @@ public:
         format_ = entry_format::compressed;
         covers_ = false;
         payload_at_ = word_slack + max_compressed_header_bytes;
-        if (const std::size_t need = payload_at_ + compressed_bound(1) + word_slack;
-            buf_.size() < need) [[unlikely]]
-            buf_.resize(std::max(need, 2 * buf_.size()));
+        make_room(payload_at_ + compressed_bound(1) + word_slack);
         std::uint8_t* const start = buf_.data() + payload_at_;
         const std::uint64_t span = ptrs.base == 0 ? 0 : ptrs.size;
         const bool ptr = value - ptrs.base < span;
@@ -414,11 +412,7 @@ public:
             covers_ ? 9 + covered.size() * 18 + 4 + codec::put_varint_writable_bytes : 0;
         std::size_t records_bound =
             format == entry_format::baseline ? 24 * words : compressed_bound(words);
-        // The buffer only grows: its bytes need no initialisation (every byte of an entry is
-        // written before it is used).
-        if (const std::size_t need = payload_at_ + section_bound + records_bound + word_slack;
-            buf_.size() < need)
-            buf_.resize(std::max(need, 2 * buf_.size()));
+        make_room(payload_at_ + section_bound + records_bound + word_slack);
         std::uint8_t* p = buf_.data() + payload_at_;
         if (covers_) {
             p += codec::put_varint(p, covered.size());
@@ -515,6 +509,13 @@ public:
     }
 
 private:
+    /// Makes buf_ at least `need` bytes long. It only grows: its bytes need no initialisation
+    /// (every byte of an entry is written before it is used).
+    [[gnu::always_inline]] void make_room(std::size_t need) {
+        if (buf_.size() < need) [[unlikely]]
+            buf_.resize(std::max(need, 2 * buf_.size()));
+    }
+
     /// Free bytes before and after the entry in buf_, for widen_to_words.
     static constexpr std::size_t word_slack = 8;
 
