@@ -3,11 +3,15 @@
 // not), in a plain loop (no per-operation timing), so that the time per operation and an
 // instruction count say what the library's path costs beyond the table walk itself.
 //
-//   path_bench [--op update|lookup|walk] [--ops N] [--keys N] [--solo-after N] [--reps R]
-//              [--dir DIR]
+//   path_bench [--op update|insert|lookup|walk] [--ops N] [--keys N] [--solo-after N]
+//              [--thread-ops N] [--reps R] [--dir DIR]
 //
-// update: update_with(key, v + 1), one transaction writing one word; lookup: a read-only
-// transaction; walk: the same chain walk outside any transaction (the floor). Prints the best
+// update: update_with(key, v + 1), one transaction writing one word; insert: a new key (a
+// node allocated and written by the transaction, as in workloads a and b; each repetition
+// inserts keys no earlier one did); lookup: a read-only transaction; walk: the same chain walk
+// outside any transaction (the floor). --thread-ops N runs the operations in short-lived
+// threads of N operations each, one after the other (each started once the previous one has
+// exited): what a thread's first transactions and its exit cost. Prints the best
 // of R runs' ns per operation and the run's solo share. Instructions per operation:
 //
 //   valgrind --tool=callgrind path_bench --ops 1000000 --reps 1   (then --ops 2000000)
@@ -26,6 +30,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <tlptm/tlptm.hpp>
@@ -39,6 +44,7 @@ using table = tlptm_ht::hashtable<std::uint64_t>;
 struct options {
     std::string op = "update";
     std::uint64_t ops = 1000000, keys = 100000;
+    std::uint64_t thread_ops = 0; ///< > 0: the operations run in threads of this many, in turn
     std::uint32_t solo_after = tlptm::pool_options{}.solo_after;
     int reps = 5;
     std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -65,6 +71,8 @@ options parse(int argc, char** argv) {
             o.ops = std::max<std::uint64_t>(1, number("--ops", v));
         else if (a == "--keys")
             o.keys = std::max<std::uint64_t>(1, number("--keys", v));
+        else if (a == "--thread-ops")
+            o.thread_ops = number("--thread-ops", v);
         else if (a == "--solo-after")
             o.solo_after = static_cast<std::uint32_t>(number("--solo-after", v));
         else if (a == "--reps")
@@ -74,8 +82,8 @@ options parse(int argc, char** argv) {
         else
             throw std::invalid_argument("unknown option " + a);
     }
-    if (o.op != "update" && o.op != "lookup" && o.op != "walk")
-        throw std::invalid_argument("--op: update, lookup or walk");
+    if (o.op != "update" && o.op != "insert" && o.op != "lookup" && o.op != "walk")
+        throw std::invalid_argument("--op: update, insert, lookup or walk");
     return o;
 }
 
@@ -85,7 +93,9 @@ int main(int argc, char** argv) try {
     const options o = parse(argc, argv);
     const std::string path = o.dir + "/path_bench-" + std::to_string(getpid()) + ".pool";
     tlptm::pool_options po;
-    po.size = std::size_t{256} << 20;
+    // Room for the inserted nodes too (a 32-byte block each, with the allocator's slack).
+    po.size = (std::size_t{256} << 20) +
+              (o.op == "insert" ? o.ops * static_cast<std::size_t>(o.reps) * 64 : 0);
     po.durability = tlptm::durability::emulate_pmem;
     po.solo_after = o.solo_after;
     tlptm::pool pool = tlptm::pool::create(path, po);
@@ -118,16 +128,35 @@ int main(int argc, char** argv) try {
     std::uint64_t found = 0;
     const tlptm::stats before = pool.stats();
     for (int r = 0; r < o.reps; ++r) {
+        // Operations [i, j) of this repetition; returns how many found their key (or inserted).
+        auto run_ops = [&](std::uint64_t i, std::uint64_t j) {
+            std::uint64_t n = 0;
+            if (o.op == "update") {
+                for (; i < j; ++i)
+                    n += ht.update_with(keys[i], [](std::uint64_t v) { return v + 1; }).has_value();
+            } else if (o.op == "insert") {
+                const std::uint64_t first = o.keys + 1 + static_cast<std::uint64_t>(r) * o.ops;
+                for (; i < j; ++i)
+                    n += ht.insert(first + i, 1);
+            } else if (o.op == "lookup") {
+                for (; i < j; ++i)
+                    n += ht.lookup(keys[i]).has_value();
+            } else {
+                for (; i < j; ++i)
+                    n += walk(keys[i]);
+            }
+            return n;
+        };
         const auto t0 = std::chrono::steady_clock::now();
-        if (o.op == "update") {
-            for (std::uint64_t k : keys)
-                found += ht.update_with(k, [](std::uint64_t v) { return v + 1; }).has_value();
-        } else if (o.op == "lookup") {
-            for (std::uint64_t k : keys)
-                found += ht.lookup(k).has_value();
-        } else {
-            for (std::uint64_t k : keys)
-                found += walk(k);
+        if (o.thread_ops == 0) {
+            found += run_ops(0, o.ops);
+        } else { // short-lived threads, one after the other
+            for (std::uint64_t i = 0; i < o.ops; i += o.thread_ops) {
+                std::uint64_t n = 0;
+                std::thread t([&] { n = run_ops(i, std::min(o.ops, i + o.thread_ops)); });
+                t.join();
+                found += n;
+            }
         }
         const double ns =
             std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
