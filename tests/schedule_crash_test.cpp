@@ -477,6 +477,42 @@ TEST_CASE("scheduled sweep: a thread whose new slot is blocked by a solo slot ke
     }
 }
 
+TEST_CASE("scheduled sweep: an exiting thread neither takes the pool solo nor leaves it held") {
+    // A thread that exits settles its slot (settle_on_exit): it must not take the pool solo
+    // as it enters for that, and if its slot holds the pool it gives it back (its clock raised
+    // past the thread's commits, no heavy fence). Before 2026-12-07 an exit could take the
+    // pool, and one with no write-back to settle left it held: the next thread to run paid a
+    // revoke, and solo_thread named a thread that had exited. The leak check after each run
+    // finds a pool held solo once the workers have exited; the mutation restores the old exit.
+    // Seeds where the old exit left the pool held (14 of 40 seeds x 4 families did).
+    settings s = get_settings();
+    auto solo = [](scenario sc) {
+        sc.options.solo_after = 1;
+        return sc;
+    };
+    struct run_of {
+        const char* name;
+        std::uint64_t seed;
+        scenario sc;
+    };
+    for (const run_of& r :
+         {run_of{"solo-recover-close", 2, solo(ss::recover_close(mode_of(2), 4))},
+          run_of{"solo-slot-steal", 9, solo(ss::slot_steal(mode_of(9), 4))},
+          run_of{"solo-cross-free", 21, solo(ss::cross_free(mode_of(21), 5))},
+          run_of{"solo-in-flight-race", 27, solo(ss::in_flight_race(mode_of(27), 8))}}) {
+        sweep_config cfg = config_for(s, r.seed);
+        sweep_result good = run_sweep(r.sc, cfg);
+        CHECK_MESSAGE(good.violations == 0, std::string(r.name)
+                                                << " seed " << r.seed << ": " << good.violations
+                                                << " violations");
+        cfg.lib_mut = lib_mutation::exit_ignores_solo;
+        sweep_result bad = run_sweep(r.sc, cfg);
+        MESSAGE(std::string(r.name) << " seed " << r.seed << " with mutation exit_ignores_solo: "
+                                    << bad.violations << " violations");
+        CHECK(bad.violations > 0);
+    }
+}
+
 TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_after = 1)") {
     // Every attempt of a thread whose peers ran nothing since its last one takes the pool; the
     // next attempt of a peer takes it back (pool_options::solo_after). The scenarios' checks

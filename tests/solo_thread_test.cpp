@@ -202,3 +202,80 @@ TEST_CASE("recovery replays a word's writers in commit order across switches to 
     }
     CHECK(caught);
 }
+
+TEST_CASE("an exiting thread gives back the pool it holds solo, and does not take it as it goes") {
+    // settle_on_exit enters the thread's slot one last time. It must not take the pool solo
+    // then (a thread that ran one transaction in a pool nobody else used would have), and if
+    // the slot holds the pool, the pool is given back whether or not the thread has write-back
+    // left to settle (with lazy write-back batches of one line it has none). Before, a pool so
+    // left stayed held by a thread that no longer ran, and the next thread to run revoked it.
+    // The mutation exit_ignores_solo restores the old exit.
+    namespace d = tlptm::detail;
+    auto held_solo = [](tlptm::pool& pool) {
+        return pool.state().exclusive_flag.load() >= d::pool_state::solo_flag_base;
+    };
+    struct outcome {
+        bool solo_before_exit = false; // the thread's slot held the pool just before it exited
+        bool held_after_exit = false;  // the pool was still held once the thread had exited
+        std::uint64_t value = 0;       // what the next transaction read
+    };
+    auto run = [&](tlptm::pool_options o, int transactions, bool mutated) {
+        tlptm_test::temp_path path("solo-exit");
+        d::active_mutation.store(mutated ? d::mutation::exit_ignores_solo : d::mutation::none);
+        outcome out;
+        {
+            auto pool = tlptm::pool::create(path, o);
+            auto* c = pool.root<cells>();
+            std::thread t([&] {
+                for (int i = 0; i < transactions; ++i)
+                    tlptm::atomic(pool, [&] { c->shared += 1; });
+                out.solo_before_exit = held_solo(pool);
+            });
+            t.join();
+            out.held_after_exit = held_solo(pool);
+            out.value = tlptm::atomic(pool, [&] { return c->shared.get(); });
+            pool.close();
+        }
+        d::active_mutation.store(d::mutation::none);
+        // Recovery finds every transaction of the thread.
+        auto pool = tlptm::pool::open(path, o);
+        CHECK(pool.root<cells>()->shared.get() == static_cast<std::uint64_t>(transactions));
+        return out;
+    };
+
+    SUBCASE("a thread that holds the pool, with nothing left to settle") {
+        auto o = solo_options(2);
+        o.write_back = tlptm::write_back::lazy;
+        o.write_back_lines = 1; // every commit's batch is written back at once
+        const outcome good = run(o, 20, false);
+        CHECK(good.solo_before_exit);
+        CHECK_FALSE(good.held_after_exit);
+        CHECK(good.value == 20);
+        const outcome bad = run(o, 20, true);
+        CHECK(bad.solo_before_exit);
+        CHECK(bad.held_after_exit); // the old exit is caught
+        CHECK(bad.value == 20);     // (the next transaction revoked it: correct, slower)
+    }
+    SUBCASE("a thread that holds the pool, with write-back to settle") {
+        auto o = solo_options(2);
+        o.write_back = tlptm::write_back::lazy; // the batch stays pending until the exit
+        const outcome good = run(o, 20, false);
+        CHECK(good.solo_before_exit);
+        CHECK_FALSE(good.held_after_exit);
+        CHECK(good.value == 20);
+    }
+    SUBCASE("a thread whose exit comes when it would look at taking the pool") {
+        // solo_after = 2: the thread's first transaction counts down to 1, its exit would
+        // count down to 0 and look; nobody else ran a transaction in the pool, so the look
+        // would take it.
+        auto o = solo_options(2);
+        o.write_back = tlptm::write_back::lazy;
+        const outcome good = run(o, 1, false);
+        CHECK_FALSE(good.solo_before_exit);
+        CHECK_FALSE(good.held_after_exit);
+        CHECK(good.value == 1);
+        const outcome bad = run(o, 1, true);
+        CHECK(bad.held_after_exit); // the old exit took the pool
+        CHECK(bad.value == 1);
+    }
+}

@@ -702,6 +702,15 @@ private:
                               " is still held after every worker thread exited (nobody will "
                               "settle it or give it up)",
                           "leak");
+        // An exiting thread that holds the pool solo gives it back (settle_on_exit); the pool
+        // must not stay held by a thread that no longer runs (every later attempt would pay a
+        // revoke, and an exited thread's token stays in solo_thread).
+        const std::uint32_t f = st.exclusive_flag.load();
+        constexpr std::uint32_t solo_base = tlptm::detail::pool_state::solo_flag_base;
+        if (f >= solo_base && st.solo_thread.load() != me)
+            violation("the pool is still held solo (slot " + std::to_string(f - solo_base) +
+                          ") after every worker thread exited",
+                      "leak");
     }
 
     // ---- prediction -----------------------------------------------------------------------

@@ -672,8 +672,9 @@ struct pool_state {
     /// The attempt of `me`'s thread takes `s` if that thread holds it and nobody wants it:
     /// publishes `entering`, checks the slot, publishes the slot's mark (clock + 1, a lower
     /// bound of the snapshot begin() will take), checks for an exclusive section. False (and
-    /// neither flag left set) otherwise.
-    bool enter_held(thread_slot& s, thread_record& me) noexcept {
+    /// neither flag left set) otherwise. `may_go_solo`: the attempt may look at taking the pool
+    /// solo (not the settling of an exiting thread, which runs no transaction after it).
+    bool enter_held(thread_slot& s, thread_record& me, bool may_go_solo = true) noexcept {
         if (s.holder.load(std::memory_order_relaxed) != me.token())
             return false;
         sched(sched_point::slot, &s); // a thief may take the slot before `entering` is set
@@ -689,7 +690,7 @@ struct pool_state {
             if (f == 0) {
                 if (s.held_solo) [[unlikely]] // another thread took the pool back
                     solo_lost(s);
-                if (solo_after != 0 && --s.solo_countdown == 0) [[unlikely]]
+                if (solo_after != 0 && may_go_solo && --s.solo_countdown == 0) [[unlikely]]
                     try_solo(s, me);
                 return true;
             }
@@ -945,6 +946,19 @@ struct pool_state {
         solo_revoke.store(0, std::memory_order_release);
     }
 
+    /// The attempt of the thread that holds the pool solo in slot `s` (s.solo) gives it back,
+    /// as its last act in the pool (an exiting thread): the clock goes past its commits, then
+    /// the flag is cleared, unless a thread that revokes it cleared it first. No heavy fence:
+    /// this thread runs no more solo attempts, and the others wait on the flag.
+    void give_back_solo(thread_slot& s) noexcept {
+        sched(sched_point::slot, &exclusive_flag);
+        if (!mutated(mutation::solo_clock_not_raised))
+            advance_clock(newest_commit());
+        std::uint32_t expected = solo_flag(s);
+        exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+        s.held_solo = false; // given back, not lost: the next holder's window stays as it is
+    }
+
     /// A thread that found the pool held solo and waits to run: counted in solo_waiters from
     /// then until the object dies (once the thread runs, or gave up).
     class solo_waiter {
@@ -1044,26 +1058,45 @@ struct pool_state {
     }
 
     /// Settles the slot a thread leaves behind when it exits, so that its write-back does not
-    /// hold CT back until the next checkpoint, and gives the slot up. The slot is entered for
-    /// that (its context is touched only by the attempt that runs in it); if that is not
-    /// possible (an exclusive section, a thief), a later checkpoint settles it instead.
+    /// hold CT back until the next checkpoint, gives back the pool if the thread holds it solo
+    /// (else the next thread to run would revoke it, a heavy fence), and gives the slot up.
+    /// The slot is entered for that (its context is touched only by the attempt that runs in
+    /// it), without looking at taking the pool solo; if that is not possible (an exclusive
+    /// section, a thief), a later checkpoint settles it instead.
     void settle_on_exit(thread_slot& s, thread_record& me) noexcept {
         sched(sched_point::slot, &s);
         // While the thread holds the slot, nobody else settles it on its behalf but a
         // checkpoint: wait out an exclusive section (or a thief) rather than leave it behind.
         solo_waiter waiting(*this);
-        while (s.unapplied_ts.load(std::memory_order_acquire) != 0 &&
-               s.holder.load(std::memory_order_relaxed) == me.token()) {
+        for (;;) {
+            const bool own_solo = exclusive_flag.load(std::memory_order_acquire) == solo_flag(s) &&
+                                  solo_thread.load(std::memory_order_relaxed) == me.token() &&
+                                  !mutated(mutation::exit_ignores_solo);
+            if ((!own_solo && s.unapplied_ts.load(std::memory_order_acquire) == 0) ||
+                s.holder.load(std::memory_order_relaxed) != me.token())
+                break;
+            if (own_solo && solo_revoke.load(std::memory_order_seq_cst) != 0) {
+                // Another thread takes the pool back (revoke_solo): it clears the flag as soon
+                // as no attempt runs in the slot, so wait for that without entering the slot.
+                sched(sched_point::spin, &exclusive_flag);
+                std::this_thread::yield();
+                continue;
+            }
             // Its mark, published and withdrawn again and again, would hold a section back:
-            // wait for the section to end (a solo slot, perhaps this very one, gives the pool
-            // back).
-            wait_for_no_exclusive(waiting);
-            if (enter_held(s, me)) {
-                try {
-                    settle(s, s.pctx);
-                } catch (...) {
-                    // settle poisoned the pool; a poisoned pool never advances CT again.
+            // wait for the section to end (a solo slot of another thread gives the pool back;
+            // this thread's own is entered as it is).
+            if (!own_solo)
+                wait_for_no_exclusive(waiting);
+            if (enter_held(s, me, mutated(mutation::exit_ignores_solo))) {
+                if (s.unapplied_ts.load(std::memory_order_relaxed) != 0) {
+                    try {
+                        settle(s, s.pctx);
+                    } catch (...) {
+                        // settle poisoned the pool; a poisoned pool never advances CT again.
+                    }
                 }
+                if (s.solo && !mutated(mutation::exit_ignores_solo))
+                    give_back_solo(s);
                 leave(s, me);
                 break;
             }

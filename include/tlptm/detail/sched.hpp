@@ -63,6 +63,9 @@ enum class mutation : std::uint8_t {
                             ///< complete that thread's flushes)
     taken_slot_forgotten,   ///< a thread that took a slot but could not enter it takes another
                             ///< one next, and holds both
+    exit_ignores_solo,      ///< an exiting thread settles its slot as before 2026-12-07: it
+                            ///< may take the pool solo as it enters, and leaves the pool held
+                            ///< solo unless it has write-back to settle (then it revokes it)
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
