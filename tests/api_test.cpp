@@ -719,6 +719,16 @@ TEST_CASE("stats: fences and flushed lines of a 1-word and a 10-word update, eag
     CHECK(ro.fences == 0);
     CHECK(ro.flushed_lines == 0);
     CHECK(ro.log_bytes == 0);
+    // Partial words count the bytes written: u8 and i16 share a word (3 bytes), u32 has
+    // another half (4), t12 one whole word and half of the next (12).
+    auto s4 = pool.stats();
+    tlptm::atomic(pool, [&] {
+        r->u8 = 7;
+        r->i16 = -3;
+        r->u32 = 9;
+        r->t12 = twelve{};
+    });
+    CHECK((pool.stats() - s4).data_bytes_written == 1 + 2 + 4 + 12);
 }
 
 TEST_CASE("write-sets larger than the linear limit keep read-own-writes and merge stores") {
