@@ -557,9 +557,10 @@ inline std::uint64_t record_write_back(thread_slot& s, append_vector<std::uint64
         // A partial word's bytes: its mask's bytes are 0x00 or 0xFF, so the multiplication
         // sums their low bits into the top byte (std::popcount is a library call unless the
         // program is built for a CPU with POPCNT).
-        bytes += r.mask == write_set::full
-                     ? 8 * std::uint64_t{r.words}
-                     : ((r.mask & 0x0101010101010101ull) * 0x0101010101010101ull) >> 56;
+        if (r.mask == write_set::full) [[likely]]
+            bytes += 8 * std::uint64_t{r.words};
+        else
+            bytes += ((r.mask & 0x0101010101010101ull) * 0x0101010101010101ull) >> 56;
         for (std::uint64_t l = r.offset / cache_line; l <= (r.end() - 1) / cache_line; ++l) {
             if (l == last_line)
                 continue;

@@ -673,8 +673,9 @@ struct pool_state {
     /// publishes `entering`, checks the slot, publishes the slot's mark (clock + 1, a lower
     /// bound of the snapshot begin() will take), checks for an exclusive section. False (and
     /// neither flag left set) otherwise. `may_go_solo`: the attempt may look at taking the pool
-    /// solo (not the settling of an exiting thread, which runs no transaction after it).
-    bool enter_held(thread_slot& s, thread_record& me, bool may_go_solo = true) noexcept {
+    /// solo (not the settling of an exiting thread, which runs no transaction after it); a
+    /// template argument, so that the attempts' path tests nothing more for it.
+    template <bool may_go_solo = true> bool enter_held(thread_slot& s, thread_record& me) noexcept {
         if (s.holder.load(std::memory_order_relaxed) != me.token())
             return false;
         sched(sched_point::slot, &s); // a thief may take the slot before `entering` is set
@@ -690,7 +691,7 @@ struct pool_state {
             if (f == 0) {
                 if (s.held_solo) [[unlikely]] // another thread took the pool back
                     solo_lost(s);
-                if (solo_after != 0 && may_go_solo && --s.solo_countdown == 0) [[unlikely]]
+                if (may_go_solo && solo_after != 0 && --s.solo_countdown == 0) [[unlikely]]
                     try_solo(s, me);
                 return true;
             }
@@ -1087,7 +1088,8 @@ struct pool_state {
             // this thread's own is entered as it is).
             if (!own_solo)
                 wait_for_no_exclusive(waiting);
-            if (enter_held(s, me, mutated(mutation::exit_ignores_solo))) {
+            if (mutated(mutation::exit_ignores_solo) ? enter_held<true>(s, me)
+                                                     : enter_held<false>(s, me)) {
                 if (s.unapplied_ts.load(std::memory_order_relaxed) != 0) {
                     try {
                         settle(s, s.pctx);
