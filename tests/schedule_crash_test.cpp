@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -441,6 +442,41 @@ TEST_CASE("scheduled sweep: prompt write-back while slots change threads (lines 
     }
 }
 
+namespace {
+
+/// The scenario with solo_after = 1: a thread takes the pool at its first attempt that no
+/// peer preceded.
+scenario solo(scenario sc) {
+    sc.options.solo_after = 1;
+    return sc;
+}
+
+/// One scheduled run: the family's name, the seed, the scenario.
+struct seed_run {
+    const char* name;
+    std::uint64_t seed;
+    scenario sc;
+};
+
+/// Each run passes as the library is, and fails with library mutation `m` (named `what`).
+void check_mutation_caught(std::initializer_list<seed_run> runs, lib_mutation m, const char* what) {
+    settings s = get_settings();
+    for (const seed_run& r : runs) {
+        sweep_config cfg = config_for(s, r.seed);
+        sweep_result good = run_sweep(r.sc, cfg);
+        CHECK_MESSAGE(good.violations == 0, std::string(r.name)
+                                                << " seed " << r.seed << ": " << good.violations
+                                                << " violations");
+        cfg.lib_mut = m;
+        sweep_result bad = run_sweep(r.sc, cfg);
+        MESSAGE(std::string(r.name) << " seed " << r.seed << " with mutation " << std::string(what)
+                                    << ": " << bad.violations << " violations");
+        CHECK(bad.violations > 0);
+    }
+}
+
+} // namespace
+
 TEST_CASE("scheduled sweep: a thread whose new slot is blocked by a solo slot keeps that slot") {
     // A thread whose slot was taken over takes a free or idle one; if it cannot enter it at
     // once (a solo slot holds the pool), its next turn must enter that slot, not take a second
@@ -449,32 +485,11 @@ TEST_CASE("scheduled sweep: a thread whose new slot is blocked by a solo slot ke
     // 2026-12-07 (seeds 276, 312, 333); the harness now also checks that no slot is held once
     // the workers have exited, which seed 57 of solo cross-free and recover-close reaches.
     // The mutation restores the old loop.
-    settings s = get_settings();
-    auto solo = [](scenario sc) {
-        sc.options.solo_after = 1;
-        return sc;
-    };
-    struct run_of {
-        const char* name;
-        std::uint64_t seed;
-        scenario sc;
-    };
-    for (const run_of& r :
-         {run_of{"solo-slot-steal", 276, solo(ss::slot_steal(mode_of(276), 4))},
-          run_of{"solo-slot-steal", 312, solo(ss::slot_steal(mode_of(312), 4))},
-          run_of{"solo-cross-free", 57, solo(ss::cross_free(mode_of(57), 5))},
-          run_of{"solo-recover-close", 57, solo(ss::recover_close(mode_of(57), 4))}}) {
-        sweep_config cfg = config_for(s, r.seed);
-        sweep_result good = run_sweep(r.sc, cfg);
-        CHECK_MESSAGE(good.violations == 0, std::string(r.name)
-                                                << " seed " << r.seed << ": " << good.violations
-                                                << " violations");
-        cfg.lib_mut = lib_mutation::taken_slot_forgotten;
-        sweep_result bad = run_sweep(r.sc, cfg);
-        MESSAGE(std::string(r.name) << " seed " << r.seed << " with mutation taken_slot_forgotten: "
-                                    << bad.violations << " violations");
-        CHECK(bad.violations > 0);
-    }
+    check_mutation_caught({{"solo-slot-steal", 276, solo(ss::slot_steal(mode_of(276), 4))},
+                           {"solo-slot-steal", 312, solo(ss::slot_steal(mode_of(312), 4))},
+                           {"solo-cross-free", 57, solo(ss::cross_free(mode_of(57), 5))},
+                           {"solo-recover-close", 57, solo(ss::recover_close(mode_of(57), 4))}},
+                          lib_mutation::taken_slot_forgotten, "taken_slot_forgotten");
 }
 
 TEST_CASE("scheduled sweep: an exiting thread neither takes the pool solo nor leaves it held") {
@@ -485,32 +500,11 @@ TEST_CASE("scheduled sweep: an exiting thread neither takes the pool solo nor le
     // revoke, and solo_thread named a thread that had exited. The leak check after each run
     // finds a pool held solo once the workers have exited; the mutation restores the old exit.
     // Seeds where the old exit left the pool held (14 of 40 seeds x 4 families did).
-    settings s = get_settings();
-    auto solo = [](scenario sc) {
-        sc.options.solo_after = 1;
-        return sc;
-    };
-    struct run_of {
-        const char* name;
-        std::uint64_t seed;
-        scenario sc;
-    };
-    for (const run_of& r :
-         {run_of{"solo-recover-close", 2, solo(ss::recover_close(mode_of(2), 4))},
-          run_of{"solo-slot-steal", 9, solo(ss::slot_steal(mode_of(9), 4))},
-          run_of{"solo-cross-free", 21, solo(ss::cross_free(mode_of(21), 5))},
-          run_of{"solo-in-flight-race", 27, solo(ss::in_flight_race(mode_of(27), 8))}}) {
-        sweep_config cfg = config_for(s, r.seed);
-        sweep_result good = run_sweep(r.sc, cfg);
-        CHECK_MESSAGE(good.violations == 0, std::string(r.name)
-                                                << " seed " << r.seed << ": " << good.violations
-                                                << " violations");
-        cfg.lib_mut = lib_mutation::exit_ignores_solo;
-        sweep_result bad = run_sweep(r.sc, cfg);
-        MESSAGE(std::string(r.name) << " seed " << r.seed << " with mutation exit_ignores_solo: "
-                                    << bad.violations << " violations");
-        CHECK(bad.violations > 0);
-    }
+    check_mutation_caught({{"solo-recover-close", 2, solo(ss::recover_close(mode_of(2), 4))},
+                           {"solo-slot-steal", 9, solo(ss::slot_steal(mode_of(9), 4))},
+                           {"solo-cross-free", 21, solo(ss::cross_free(mode_of(21), 5))},
+                           {"solo-in-flight-race", 27, solo(ss::in_flight_race(mode_of(27), 8))}},
+                          lib_mutation::exit_ignores_solo, "exit_ignores_solo");
 }
 
 TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_after = 1)") {
@@ -518,10 +512,6 @@ TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_af
     // next attempt of a peer takes it back (pool_options::solo_after). The scenarios' checks
     // and the crash images then cover solo commits, the switches both ways, checkpoints and
     // frees across them, exclusive sections that take the pool back, and slots taken over.
-    auto solo = [](scenario sc) {
-        sc.options.solo_after = 1;
-        return sc;
-    };
     sweep_family("solo-in-flight-race",
                  [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::in_flight_race(m, 8)); });
     sweep_family("solo-cross-free",
