@@ -139,16 +139,16 @@ inline void read_granule(thread_slot& s, std::uint64_t offset, std::size_t words
                          std::uint8_t* out) {
     pool_state& st = *s.pool;
     const std::uint64_t* word = st.word_at(offset);
+    if (s.serial || s.solo) { // nobody else runs, nobody writes: one copy
+        std::memcpy(out, word, 8 * words);
+        return;
+    }
     auto load_words = [&] { // `out` need not be aligned
         for (std::size_t k = 0; k < words; ++k) {
             std::uint64_t v = __atomic_load_n(word + k, __ATOMIC_ACQUIRE);
             std::memcpy(out + 8 * k, &v, 8);
         }
     };
-    if (s.serial || s.solo) { // nobody else runs
-        load_words();
-        return;
-    }
     std::uint32_t idx = st.orecs.index(offset);
     std::atomic<std::uint64_t>& orec = st.orecs[idx];
     for (unsigned spins = 0;;) {
@@ -218,6 +218,12 @@ inline void tx_read(thread_slot& s, void* dst, const void* src, std::size_t n) {
     auto* out = static_cast<std::uint8_t*>(dst);
     std::uint64_t off = st.offset_of(src);
     if (!s.alloc.aalo.empty() && s.alloc.in_aalo(off, n)) { // AALO memory is private
+        std::memcpy(dst, src, n);
+        return;
+    }
+    if ((s.solo || s.serial) && s.writes.empty()) {
+        // Nobody else runs an attempt, so nobody writes the pool's words (pool_state::try_solo,
+        // the exclusive section): the bytes as they are, in one copy instead of word by word.
         std::memcpy(dst, src, n);
         return;
     }
