@@ -4,14 +4,16 @@
 // instruction count say what the library's path costs beyond the table walk itself.
 //
 //   path_bench [--op update|insert|lookup|walk] [--ops N] [--keys N] [--solo-after N]
-//              [--thread-ops N] [--reps R] [--dir DIR]
+//              [--thread-ops N] [--interrupt-us N] [--reps R] [--dir DIR]
 //
 // update: update_with(key, v + 1), one transaction writing one word; insert: a new key (a
 // node allocated and written by the transaction, as in workloads a and b; each repetition
 // inserts keys no earlier one did); lookup: a read-only transaction; walk: the same chain walk
 // outside any transaction (the floor). --thread-ops N runs the operations in short-lived
 // threads of N operations each, one after the other (each started once the previous one has
-// exited): what a thread's first transactions and its exit cost. Prints the best
+// exited): what a thread's first transactions and its exit cost. --interrupt-us N runs a
+// second thread that updates one key every N microseconds throughout (a background thread's
+// occasional transaction, which takes the pool back from a thread that runs solo). Prints the best
 // of R runs' ns per operation and the run's solo share. Instructions per operation:
 //
 //   valgrind --tool=callgrind path_bench --ops 1000000 --reps 1   (then --ops 2000000)
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -44,7 +47,8 @@ using table = tlptm_ht::hashtable<std::uint64_t>;
 struct options {
     std::string op = "update";
     std::uint64_t ops = 1000000, keys = 100000;
-    std::uint64_t thread_ops = 0; ///< > 0: the operations run in threads of this many, in turn
+    std::uint64_t thread_ops = 0;   ///< > 0: the operations run in threads of this many, in turn
+    std::uint64_t interrupt_us = 0; ///< > 0: another thread's transaction every this many µs
     std::uint32_t solo_after = tlptm::pool_options{}.solo_after;
     int reps = 5;
     std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -73,6 +77,8 @@ options parse(int argc, char** argv) {
             o.keys = std::max<std::uint64_t>(1, number("--keys", v));
         else if (a == "--thread-ops")
             o.thread_ops = number("--thread-ops", v);
+        else if (a == "--interrupt-us")
+            o.interrupt_us = number("--interrupt-us", v);
         else if (a == "--solo-after")
             o.solo_after = static_cast<std::uint32_t>(number("--solo-after", v));
         else if (a == "--reps")
@@ -127,6 +133,17 @@ int main(int argc, char** argv) try {
     double best = 0;
     std::uint64_t found = 0;
     const tlptm::stats before = pool.stats();
+    std::atomic<bool> stop{false};
+    std::uint64_t interruptions = 0;
+    std::thread interrupter;
+    if (o.interrupt_us != 0)
+        interrupter = std::thread([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+                std::this_thread::sleep_for(std::chrono::microseconds(o.interrupt_us));
+                ht.update_with(1, [](std::uint64_t v) { return v + 1; });
+                ++interruptions;
+            }
+        });
     for (int r = 0; r < o.reps; ++r) {
         // Operations [i, j) of this repetition; returns how many found their key (or inserted).
         auto run_ops = [&](std::uint64_t i, std::uint64_t j) {
@@ -164,6 +181,9 @@ int main(int argc, char** argv) try {
             static_cast<double>(o.ops);
         best = r == 0 ? ns : std::min(best, ns);
     }
+    stop = true;
+    if (interrupter.joinable())
+        interrupter.join();
     const tlptm::stats after = pool.stats();
     const std::uint64_t tx =
         after.tx_committed + after.tx_read_only - before.tx_committed - before.tx_read_only;
@@ -175,11 +195,14 @@ int main(int argc, char** argv) try {
         return 1;
     }
     std::printf("path_bench: %s, %llu keys, %llu ops x %d reps: best %.1f ns/op "
-                "(%.2f M ops/s); solo %.1f %% of %llu transactions\n",
+                "(%.2f M ops/s); solo %.1f %% of %llu transactions",
                 o.op.c_str(), static_cast<unsigned long long>(o.keys),
                 static_cast<unsigned long long>(o.ops), o.reps, best, 1e3 / best,
                 tx == 0 ? 0.0 : 100.0 * static_cast<double>(solo) / static_cast<double>(tx),
                 static_cast<unsigned long long>(tx));
+    if (o.interrupt_us != 0)
+        std::printf("; %llu interruptions", static_cast<unsigned long long>(interruptions));
+    std::printf("\n");
     pool.close();
     return 0;
 } catch (const std::exception& e) {
