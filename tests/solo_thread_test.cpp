@@ -283,6 +283,75 @@ TEST_CASE("an exiting thread gives back the pool it holds solo, and does not tak
     }
 }
 
+TEST_CASE("a thread that runs alone gets the pool back sooner after each interruption") {
+    // A slot waits twice as long before it looks at the pool again each time another thread
+    // takes it back soon after the slot took it (threads that run by turns), up to 65 536
+    // attempts. Once the thread runs alone again and holds the pool at least that long (and at
+    // least solo_worth_a_switch transactions), an interruption (one transaction of another
+    // thread) halves the wait instead, down to solo_after. Before 2026-12-08 the wait never
+    // shrank: after a busy phase, every later interruption kept the thread out of solo mode
+    // for tens of thousands of transactions.
+    tlptm_test::temp_path path("solo-window");
+    auto pool = tlptm::pool::create(path, solo_options(4));
+    auto* c = pool.root<cells>();
+    std::uint64_t expected = 0;
+    // This thread's transactions from now until one runs solo (the pool is taken).
+    auto until_solo = [&] {
+        const std::uint64_t start = pool.stats().tx_solo;
+        std::uint64_t n = 0;
+        do {
+            tlptm::atomic(pool, [&] { c->shared += 1; });
+            ++n;
+        } while (pool.stats().tx_solo == start && n < 1000000);
+        expected += n;
+        return n;
+    };
+    auto run = [&](std::uint64_t n) {
+        for (std::uint64_t i = 0; i < n; ++i)
+            tlptm::atomic(pool, [&] { c->shared += 1; });
+        expected += n;
+    };
+    // Another thread's one transaction takes the pool back.
+    auto interrupt = [&] { std::thread([&] { tlptm::atomic(pool, [&] { c->x += 1; }); }).join(); };
+
+    REQUIRE(until_solo() <= 8);
+    // By turns: taken back right after each take, the wait doubles (8, 16, ... transactions;
+    // the first look after an interruption sees that another slot ran one, so a take needs
+    // two looks).
+    std::uint64_t gap = 0, rounds = 0;
+    std::vector<std::uint64_t> gaps;
+    while (gap < 65536 && rounds < 20) {
+        interrupt();
+        gap = until_solo();
+        gaps.push_back(gap);
+        ++rounds;
+    }
+    REQUIRE(gap >= 65536); // the window reached its largest (2 x 32 768 or 2 x 65 536)
+    CHECK(gaps[1] > gaps[0]);
+    // Alone: each time the thread has held the pool at least as long as it waited, an
+    // interruption halves the wait.
+    std::vector<std::uint64_t> after;
+    const std::uint64_t worth = tlptm::detail::pool_state::solo_worth_a_switch;
+    for (int i = 0; i < 16 && gap > 16; ++i) {
+        run(std::max(gap, worth)); // held at least as long as the window (a gap is two)
+        interrupt();
+        const std::uint64_t next = until_solo();
+        CHECK(next <= gap / 2 + 2);
+        after.push_back(next);
+        gap = next;
+    }
+    INFO("waits after interruptions: " << after.size());
+    CHECK(gap <= 16); // back to solo_after's scale (two looks of 4 attempts, and slack)
+    CHECK(after.size() >= 10);
+    // Held for fewer transactions than a switch costs: a turn again, the wait doubles.
+    run(worth / 2);
+    interrupt();
+    const std::uint64_t short_hold = until_solo();
+    CHECK(short_hold >= 2 * gap - 2);
+    CHECK(c->shared.get() == expected);
+    CHECK(c->x.get() == rounds + after.size() + 1);
+}
+
 TEST_CASE("a solo attempt reads multi-word and unaligned ranges as they are, merged with its own "
           "writes") {
     // Solo and serial attempts copy what they read in one piece (nobody else writes the pool

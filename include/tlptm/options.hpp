@@ -109,8 +109,10 @@ struct pool_options {
     /// runs any on the pool takes the pool for itself ("solo"): its transactions then read and
     /// commit without concurrency control (no ownership record is checked, locked or validated),
     /// until another thread starts a transaction, which first waits for the solo thread's
-    /// running transaction to end (it takes a heavy fence: microseconds, once per switch). 0:
-    /// never solo. This opening only. Durability and recovery are the same either way.
+    /// running transaction to end (it takes a heavy fence: microseconds, once per switch). A
+    /// thread that loses the pool soon after taking it waits longer before it looks again (up
+    /// to 65 536 transactions), one that held it for long waits less (down to this). 0: never
+    /// solo. This opening only. Durability and recovery are the same either way.
     std::uint32_t solo_after = 64;
     /// Lazy and adaptive write-back: a thread's batch is written back once it has this many
     /// distinct dirty lines (the high watermark). Larger batches mean fewer fences and more log to

@@ -179,13 +179,16 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// attempt can start before it ends, so it reads and commits without orecs.
     bool solo = false;
     /// Attempts of the slot until it next looks whether it may take the pool solo, how many it
-    /// waits between looks (pool_options::solo_after, doubled each time another thread took
-    /// the pool back, at most solo_window_max), whether the pool was the slot's at its last
-    /// attempt, and the other slots' transaction count when it last looked (try_solo).
+    /// waits between looks (pool_options::solo_after; solo_lost doubles it, up to
+    /// solo_window_max, when another thread took the pool back soon after the slot took it,
+    /// and halves it when the slot had held the pool longer than it waited), whether the pool
+    /// was the slot's at its last attempt, the other slots' transaction count when it last
+    /// looked (try_solo), and the slot's solo transaction count when it took the pool.
     std::uint32_t solo_countdown = 0;
     std::uint32_t solo_window = 0;
     bool held_solo = false;
     std::uint64_t solo_seen_others = 0;
+    std::uint64_t solo_taken_at = 0;
     bool doomed = false;    ///< a conflict was signalled; the attempt must not commit
     bool committed = false; ///< the attempt committed (its allocations stay)
     /// The first exception that left a nested atomic of this attempt: the outermost atomic
@@ -902,17 +905,34 @@ struct pool_state {
         if (!mutated(mutation::solo_clock_not_raised))
             advance_clock(newest_commit());
         s.solo = s.held_solo = true;
+        s.solo_taken_at = s.pctx.counters.tx_solo.load(std::memory_order_relaxed);
     }
 
     /// The largest number of attempts a slot waits between looks at taking the pool solo.
     static constexpr std::uint32_t solo_window_max = std::uint32_t{1} << 16;
 
-    /// `s` held the pool solo and another thread took it back: the slot waits twice as long
-    /// before it looks again, so that threads that run by turns do not pay a switch (two heavy
-    /// fences and a wait) every few transactions.
+    /// Solo transactions a slot must have run since it took the pool for the pool's loss to
+    /// count as an interruption rather than a turn (solo_lost). A switch costs two heavy fences
+    /// and a wait, tens of microseconds when the other CPUs run threads of the process (a
+    /// 2-vCPU guest: 7-10 µs a fence), and a solo transaction saves tens of nanoseconds: fewer
+    /// than about a thousand do not pay for it (design.md, "Solo").
+    static constexpr std::uint64_t solo_worth_a_switch = 1024;
+
+    /// `s` held the pool solo and another thread took it back. If the slot ran fewer solo
+    /// transactions than it waits between looks (or than solo_worth_a_switch), the threads run
+    /// by turns: the slot waits twice as long before it looks again, so that they do not pay a
+    /// switch every few transactions. If it ran more, the thread mostly runs alone and was
+    /// interrupted (a background thread's occasional transaction): half as long, down to
+    /// solo_after, so that a window grown in a busy phase does not keep a thread that now runs
+    /// alone out of solo for tens of thousands of transactions after each interruption.
     [[gnu::noinline]] void solo_lost(thread_slot& s) noexcept {
         s.held_solo = false;
-        s.solo_window = std::min(s.solo_window * 2, solo_window_max);
+        const std::uint64_t held =
+            s.pctx.counters.tx_solo.load(std::memory_order_relaxed) - s.solo_taken_at;
+        if (held >= std::max<std::uint64_t>(s.solo_window, solo_worth_a_switch))
+            s.solo_window = std::max(s.solo_window / 2, solo_after);
+        else
+            s.solo_window = std::min(s.solo_window * 2, solo_window_max);
         s.solo_countdown = s.solo_window;
     }
 
@@ -989,7 +1009,14 @@ struct pool_state {
         for (std::uint32_t f; (f = exclusive_flag.load(std::memory_order_acquire)) != 0;) {
             if (is_solo_flag(f)) {
                 w.mark();
-                revoke_solo(f);
+                // Another thread takes the pool back already (revoke_solo): it clears the flag
+                // once the solo slot runs no attempt. Waiting for that spares this thread a
+                // second heavy fence, which costs microseconds when the other CPUs run threads
+                // of the process (the solo thread's own attempt, backing off, is such a thread).
+                if (solo_revoke.load(std::memory_order_seq_cst) == 0)
+                    revoke_solo(f);
+                sched(sched_point::spin, &exclusive_flag);
+                cpu_relax();
                 continue;
             }
             sched(sched_point::spin, &exclusive_flag);
