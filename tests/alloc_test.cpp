@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <new>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -130,6 +132,80 @@ TEST_CASE("make and destroy; bad frees are refused") {
     });
     CHECK_THROWS_AS(tlptm::atomic(pool, [&] { tlptm::destroy(dangling); }),
                     tlptm::tx_scope_error); // double free
+}
+
+namespace {
+
+/// A type larger than make's stack buffer whose constructor throws, on request, once its
+/// members are initialised.
+struct counted_node {
+    using values = std::array<std::uint64_t, 600>; // 4 800 bytes
+    static values values_of(std::uint64_t k) {
+        values v{};
+        for (std::uint64_t i = 0; i < v.size(); ++i)
+            v[i] = k * 1000 + i;
+        return v;
+    }
+    tlptm::p<std::uint64_t> key;
+    tlptm::p<list_node*> next;
+    tlptm::p<values> big;
+    counted_node(std::uint64_t k, list_node* n, bool fail) : key(k), next(n), big(values_of(k)) {
+        if (fail)
+            throw std::runtime_error("constructor failed");
+    }
+};
+
+} // namespace
+
+TEST_CASE("make builds T in every mode, in place in the AALO modes; a throwing constructor aborts "
+          "the transaction and loses nothing") {
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::aalo,
+                                 tlptm::log_mode::cblo, tlptm::log_mode::tlptm}) {
+        CAPTURE(static_cast<int>(mode));
+        tlptm_test::temp_path path("make-modes");
+        std::vector<counted_node*> made;
+        {
+            auto pool = tlptm::pool::create(path, opts(mode));
+            auto* r = pool.root<alloc_root>();
+            const tlptm::stats before = pool.stats();
+            for (std::uint64_t k = 1; k <= 5; ++k)
+                tlptm::atomic(pool, [&] {
+                    auto* n = tlptm::make<counted_node>(k, r->head.get(), false);
+                    CHECK(n->key.get() == k);
+                    CHECK(n->big.get()[599] == k * 1000 + 599); // the transaction sees it
+                    r->keep[k] = reinterpret_cast<char*>(n);
+                    r->count += 1;
+                });
+            const tlptm::stats d = pool.stats() - before;
+            const bool aalo = mode == tlptm::log_mode::aalo || mode == tlptm::log_mode::tlptm;
+            // AALO: the nodes' bytes go in place, not to the log.
+            CHECK((d.aalo_bytes >= 5 * sizeof(counted_node)) == aalo);
+            CHECK((d.log_bytes < 5 * 600) == aalo); // else at least a byte a word (cblo)
+            // A constructor that throws after its stores: nothing of the attempt stays.
+            CHECK_THROWS_AS(tlptm::atomic(pool,
+                                          [&] {
+                                              r->count += 100;
+                                              r->keep[9] = reinterpret_cast<char*>(
+                                                  tlptm::make<counted_node>(9, nullptr, true));
+                                          }),
+                            std::runtime_error);
+            CHECK(r->count.get() == 5);
+            CHECK(r->keep[9].get() == nullptr);
+        }
+        auto pool = tlptm::pool::open(path, opts(mode));
+        auto* r = pool.root<alloc_root>();
+        CHECK(r->count.get() == 5);
+        CHECK(r->keep[9].get() == nullptr);
+        for (std::uint64_t k = 1; k <= 5; ++k) {
+            auto* n = reinterpret_cast<counted_node*>(r->keep[k].get());
+            REQUIRE(n != nullptr);
+            CHECK(n->key.get() == k);
+            CHECK(n->big.get() == counted_node::values_of(k));
+        }
+        // The block of the failed make was given back: the heap is consistent.
+        tlptm::atomic(pool,
+                      [&] { tlptm::destroy(reinterpret_cast<counted_node*>(r->keep[1].get())); });
+    }
 }
 
 TEST_CASE("out_of_memory aborts the transaction, keeps the pool usable and loses nothing") {

@@ -287,8 +287,9 @@ inline void tx::free(void* p) {
 }
 
 /// Allocates and constructs a T in the pool inside the running transaction: `T(args...)` (or
-/// `T{args...}` for aggregates), built in volatile memory and copied in byte-wise — in modes
-/// aalo and tlptm without logging. The object is freed if the transaction aborts.
+/// `T{args...}` for aggregates). In modes aalo and tlptm the block is the transaction's own
+/// (AALO): T is built in place and never logged. In modes baseline and cblo it is built in
+/// volatile memory and its bytes are logged. The object is freed if the transaction aborts.
 /// @throw tx_scope_error outside a transaction
 /// @throw out_of_memory the pool is full (the transaction aborts)
 template <class T, class... Args> T* make(Args&&... args) {
@@ -300,12 +301,24 @@ template <class T, class... Args> T* make(Args&&... args) {
     if (!s)
         throw tx_scope_error("tlptm::make called outside a transaction");
     void* mem = detail::tx_alloc(*s, sizeof(T));
-    // Built in volatile memory first (on the stack when small), then stored as bytes.
-    auto build_and_store = [&](void* at) {
+    auto build = [&](void* at) {
         if constexpr (std::is_constructible_v<T, Args...>)
             ::new (at) T(std::forward<Args>(args)...);
         else
             ::new (at) T{std::forward<Args>(args)...};
+    };
+    if (s->pool->aalo()) {
+        // tx_alloc listed the block as the transaction's own (alloc_tx_state::aalo): stores
+        // into it go in place (tx_write), so T is built there. Its bytes are covered by the
+        // commit like those of any store into the block (I4).
+        build(mem);
+        s->pool->persist.stored(mem, sizeof(T));
+        detail::thread_counters::add(s->pctx.counters.aalo_bytes, sizeof(T));
+        return static_cast<T*>(mem);
+    }
+    // Built in volatile memory first (on the stack when small), then stored as bytes.
+    auto build_and_store = [&](void* at) {
+        build(at);
         detail::tx_write(*s, mem, at, sizeof(T));
     };
     if constexpr (sizeof(T) <= 4096) {
