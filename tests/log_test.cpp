@@ -339,16 +339,22 @@ TEST_CASE("write_set agrees with a plain map over mixed ascending, bulk and rand
                 std::uint64_t at =
                     rng() % 4 == 0 && top >= 64 ? top - 8 * (rng() % 8) : top + 8 * (1 + rng() % 2);
                 // Words of every kind the encoder tells apart inside a run: random, small
-                // (short zigzag codes) and pool pointers (offset codes), mixed or in stretches.
+                // (short zigzag codes), pool pointers (offset codes), and one-byte codes of
+                // either kind, mixed or in stretches (the encoder scans a stretch four words
+                // at a time).
                 std::vector<std::uint8_t> bytes(8 * n);
-                const unsigned mix = static_cast<unsigned>(rng() % 4);
+                const unsigned mix = static_cast<unsigned>(rng() % 6);
                 for (std::uint64_t i = 0; i < n; ++i) {
-                    const unsigned kind_of_word = mix == 3 ? static_cast<unsigned>(rng() % 3) : mix;
+                    const unsigned kind_of_word = mix == 5 ? static_cast<unsigned>(rng() % 5) : mix;
                     std::uint64_t v = rng();
                     if (kind_of_word == 1)
                         v = v % 256 - 128;
                     else if (kind_of_word == 2)
                         v = 0x10000 + v % 0x100000;
+                    else if (kind_of_word == 3)
+                        v = v % 128 - 64; // zigzag code below 128
+                    else if (kind_of_word == 4)
+                        v = 0x10000 + v % 128; // offset code below 128
                     std::memcpy(bytes.data() + 8 * i, &v, 8);
                 }
                 ws.put_words(at, bytes.data(), n);

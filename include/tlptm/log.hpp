@@ -228,7 +228,13 @@ template <class Cursor>
         if constexpr (run_cursor<Cursor>) {
             // The rest of the current run first, as an array (a 256-byte value is 32 words).
             if (const std::span<const std::uint64_t> rest = c.run_values(); rest.size() > 1) {
-                while (count < rest.size() && (rest[count] - base < span) == ptr)
+                // Four words a step while all four are of the kind (no branch per word).
+                const std::uint64_t* r = rest.data();
+                auto other = [&](std::uint64_t x) { return (x - base < span) != ptr; };
+                while (count + 4 <= rest.size() && !(other(r[count]) | other(r[count + 1]) |
+                                                     other(r[count + 2]) | other(r[count + 3])))
+                    count += 4;
+                while (count < rest.size() && !other(r[count]))
                     ++count;
                 e.skip(count);
             } else {
