@@ -283,26 +283,27 @@ TEST_CASE("an exiting thread gives back the pool it holds solo, and does not tak
     }
 }
 
-TEST_CASE("a thread that runs alone gets the pool back sooner after each interruption") {
-    // A slot waits twice as long before it looks at the pool again each time another thread
-    // takes it back soon after the slot took it (threads that run by turns), up to 65 536
-    // attempts. Once the thread runs alone again and holds the pool at least that long (and at
-    // least solo_worth_a_switch transactions), an interruption (one transaction of another
-    // thread) halves the wait instead, down to solo_after. Before 2026-12-08 the wait never
-    // shrank: after a busy phase, every later interruption kept the thread out of solo mode
-    // for tens of thousands of transactions.
+TEST_CASE("a thread that runs alone gets the pool back after interruptions, whatever came before") {
+    // After losing the pool a slot waits its window before it looks again, then looks every
+    // solo_after attempts until the pool is quiet. The window doubles (up to 65 536) when the
+    // slot had held the pool for fewer than solo_worth_a_switch transactions (threads that run
+    // by turns) and halves (down to solo_after) after a longer hold (a thread that runs alone,
+    // interrupted by another thread's occasional transaction). Before 2026-12-08 the window
+    // only doubled and looks came a window apart: after a phase of turns, a thread interrupted
+    // more often than every 65 536 transactions never ran solo again.
     tlptm_test::temp_path path("solo-window");
     auto pool = tlptm::pool::create(path, solo_options(4));
     auto* c = pool.root<cells>();
-    std::uint64_t expected = 0;
+    std::uint64_t expected = 0, interruptions = 0;
+    auto solo_count = [&] { return pool.stats().tx_solo; };
     // This thread's transactions from now until one runs solo (the pool is taken).
     auto until_solo = [&] {
-        const std::uint64_t start = pool.stats().tx_solo;
+        const std::uint64_t start = solo_count();
         std::uint64_t n = 0;
         do {
             tlptm::atomic(pool, [&] { c->shared += 1; });
             ++n;
-        } while (pool.stats().tx_solo == start && n < 1000000);
+        } while (solo_count() == start && n < 1000000);
         expected += n;
         return n;
     };
@@ -312,44 +313,50 @@ TEST_CASE("a thread that runs alone gets the pool back sooner after each interru
         expected += n;
     };
     // Another thread's one transaction takes the pool back.
-    auto interrupt = [&] { std::thread([&] { tlptm::atomic(pool, [&] { c->x += 1; }); }).join(); };
+    auto interrupt = [&] {
+        std::thread([&] { tlptm::atomic(pool, [&] { c->x += 1; }); }).join();
+        ++interruptions;
+    };
 
     REQUIRE(until_solo() <= 8);
-    // By turns: taken back right after each take, the wait doubles (8, 16, ... transactions;
-    // the first look after an interruption sees that another slot ran one, so a take needs
-    // two looks).
-    std::uint64_t gap = 0, rounds = 0;
+    // Turns: taken back right after each take, the wait doubles (8, 16, ... transactions, and
+    // solo_after more: the first look after an interruption sees that another slot ran).
     std::vector<std::uint64_t> gaps;
-    while (gap < 65536 && rounds < 20) {
+    while ((gaps.empty() || gaps.back() < 65536) && gaps.size() < 20) {
         interrupt();
-        gap = until_solo();
-        gaps.push_back(gap);
-        ++rounds;
+        gaps.push_back(until_solo());
     }
-    REQUIRE(gap >= 65536); // the window reached its largest (2 x 32 768 or 2 x 65 536)
-    CHECK(gaps[1] > gaps[0]);
-    // Alone: each time the thread has held the pool at least as long as it waited, an
-    // interruption halves the wait.
-    std::vector<std::uint64_t> after;
-    const std::uint64_t worth = tlptm::detail::pool_state::solo_worth_a_switch;
-    for (int i = 0; i < 16 && gap > 16; ++i) {
-        run(std::max(gap, worth)); // held at least as long as the window (a gap is two)
+    REQUIRE(gaps.back() >= 65536); // the window reached its largest
+    for (std::size_t i = 1; i < gaps.size(); ++i)
+        CHECK(gaps[i] > gaps[i - 1]);
+
+    // Now alone but for an interruption every 20 000 transactions, fewer than the window:
+    // the first look after one finds the pool busy, the next ones (every solo_after) find it
+    // quiet, the holds are long and the window shrinks back.
+    std::vector<std::uint64_t> solo_in; // solo transactions of each interval
+    for (int i = 0; i < 30; ++i) {
+        const std::uint64_t before = solo_count();
+        run(20000);
+        solo_in.push_back(solo_count() - before);
         interrupt();
-        const std::uint64_t next = until_solo();
-        CHECK(next <= gap / 2 + 2);
-        after.push_back(next);
-        gap = next;
     }
-    INFO("waits after interruptions: " << after.size());
-    CHECK(gap <= 16); // back to solo_after's scale (two looks of 4 attempts, and slack)
-    CHECK(after.size() >= 10);
-    // Held for fewer transactions than a switch costs: a turn again, the wait doubles.
-    run(worth / 2);
+    // The first interval runs solo (the phase of turns ended with a take), its long hold halves
+    // the window to 32 768, which still outlasts the second interval; then the window shrinks
+    // interval by interval.
+    CHECK(solo_in[0] == 20000);
+    CHECK(solo_in[1] == 0);
+    CHECK(solo_in.back() >= 19900);
+
+    // Now the window is solo_after's again: a long hold keeps it there, a short hold (fewer
+    // transactions than a switch is worth) doubles it.
+    const std::uint64_t after_long = until_solo();
+    CHECK(after_long <= 16);
+    run(tlptm::detail::pool_state::solo_worth_a_switch / 2);
     interrupt();
-    const std::uint64_t short_hold = until_solo();
-    CHECK(short_hold >= 2 * gap - 2);
+    const std::uint64_t after_short = until_solo();
+    CHECK(after_short > after_long);
     CHECK(c->shared.get() == expected);
-    CHECK(c->x.get() == rounds + after.size() + 1);
+    CHECK(c->x.get() == interruptions);
 }
 
 TEST_CASE("a solo attempt reads multi-word and unaligned ranges as they are, merged with its own "

@@ -179,11 +179,12 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// attempt can start before it ends, so it reads and commits without orecs.
     bool solo = false;
     /// Attempts of the slot until it next looks whether it may take the pool solo, how many it
-    /// waits between looks (pool_options::solo_after; solo_lost doubles it, up to
-    /// solo_window_max, when another thread took the pool back soon after the slot took it,
-    /// and halves it when the slot had held the pool longer than it waited), whether the pool
-    /// was the slot's at its last attempt, the other slots' transaction count when it last
-    /// looked (try_solo), and the slot's solo transaction count when it took the pool.
+    /// waits before its first look after losing the pool (pool_options::solo_after; solo_lost
+    /// doubles it, up to solo_window_max, when another thread took the pool back soon after the
+    /// slot took it, and halves it after a long hold; later looks come every solo_after
+    /// attempts), whether the pool was the slot's at its last attempt, the other slots'
+    /// transaction count when it last looked (try_solo), and the slot's solo transaction count
+    /// when it took the pool.
     std::uint32_t solo_countdown = 0;
     std::uint32_t solo_window = 0;
     bool held_solo = false;
@@ -874,7 +875,12 @@ struct pool_state {
     /// solo_after attempts: if no other slot ran a transaction since the last look and none runs
     /// one now, takes the pool for `s` (this attempt already runs solo).
     [[gnu::noinline]] void try_solo(thread_slot& s, const thread_record& me) noexcept {
-        s.solo_countdown = s.solo_window;
+        // A look that finds the pool busy costs a few loads: the next comes solo_after attempts
+        // later. The window (solo_lost) only delays the first look after the pool was lost,
+        // so that it bounds how often a slot switches, not how soon it notices that the other
+        // threads went quiet: with looks a window apart, a thread interrupted more often than
+        // that never found the pool quiet again.
+        s.solo_countdown = solo_after;
         const std::uint64_t others = others_transactions(s);
         const bool quiet = others == s.solo_seen_others;
         s.solo_seen_others = others;
@@ -896,7 +902,8 @@ struct pool_state {
         bool busy = solo_waiters.load(std::memory_order_seq_cst) != 0;
         for (const auto& o : slots)
             busy = busy || (o.get() != &s && o->active_since.load(std::memory_order_seq_cst) != 0);
-        if (busy) { // someone runs or waits: give the pool back at once
+        if (busy) {                           // someone runs or waits: give the pool back at once
+            s.solo_countdown = s.solo_window; // a heavy fence for nothing: not again soon
             expected = solo_flag(s);
             exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
             return;
@@ -919,17 +926,17 @@ struct pool_state {
     static constexpr std::uint64_t solo_worth_a_switch = 1024;
 
     /// `s` held the pool solo and another thread took it back. If the slot ran fewer solo
-    /// transactions than it waits between looks (or than solo_worth_a_switch), the threads run
-    /// by turns: the slot waits twice as long before it looks again, so that they do not pay a
-    /// switch every few transactions. If it ran more, the thread mostly runs alone and was
-    /// interrupted (a background thread's occasional transaction): half as long, down to
-    /// solo_after, so that a window grown in a busy phase does not keep a thread that now runs
-    /// alone out of solo for tens of thousands of transactions after each interruption.
+    /// transactions than solo_worth_a_switch, the threads run by turns: the slot waits twice as
+    /// long before it looks again, so that they do not pay a switch every few transactions. If
+    /// it ran more, the thread mostly runs alone and was interrupted (a background thread's
+    /// occasional transaction): half as long, down to solo_after, so that a window grown in a
+    /// phase of turns does not keep a thread that now runs alone out of solo for tens of
+    /// thousands of transactions after each interruption.
     [[gnu::noinline]] void solo_lost(thread_slot& s) noexcept {
         s.held_solo = false;
         const std::uint64_t held =
             s.pctx.counters.tx_solo.load(std::memory_order_relaxed) - s.solo_taken_at;
-        if (held >= std::max<std::uint64_t>(s.solo_window, solo_worth_a_switch))
+        if (held >= solo_worth_a_switch)
             s.solo_window = std::max(s.solo_window / 2, solo_after);
         else
             s.solo_window = std::min(s.solo_window * 2, solo_window_max);
