@@ -902,8 +902,9 @@ struct pool_state {
         bool busy = solo_waiters.load(std::memory_order_seq_cst) != 0;
         for (const auto& o : slots)
             busy = busy || (o.get() != &s && o->active_since.load(std::memory_order_seq_cst) != 0);
-        if (busy) {                           // someone runs or waits: give the pool back at once
-            s.solo_countdown = s.solo_window; // a heavy fence for nothing: not again soon
+        if (busy) { // someone runs or waits: give the pool back at once
+            // A heavy fence for nothing: not again before the window has passed.
+            s.solo_countdown = s.solo_window;
             expected = solo_flag(s);
             exclusive_flag.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
             return;
@@ -915,7 +916,7 @@ struct pool_state {
         s.solo_taken_at = s.pctx.counters.tx_solo.load(std::memory_order_relaxed);
     }
 
-    /// The largest number of attempts a slot waits between looks at taking the pool solo.
+    /// The largest window: attempts a slot waits, after losing the pool, before it looks again.
     static constexpr std::uint32_t solo_window_max = std::uint32_t{1} << 16;
 
     /// Solo transactions a slot must have run since it took the pool for the pool's loss to
