@@ -139,7 +139,8 @@ void print_usage(std::FILE* out) {
         out,
         "usage: paired_bench --compare OPTION=A,B [options]\n"
         "  --compare OPTION=A,B  the pool option compared, A's value then B's; one of\n"
-        "                        log_write=automatic|non_temporal|store_and_flush (two of them)\n"
+        "                        log_write=automatic|non_temporal|non_temporal_lines|\n"
+        "                        store_and_flush (two of them)\n"
         "                        new_block_write=automatic|non_temporal|store_and_flush (two)\n"
         "                        write_back=automatic|eager|lazy|prompt|adaptive (two)\n"
         "                        mode=baseline|aalo|cblo|tlptm (two of them)\n"
@@ -154,6 +155,8 @@ void print_usage(std::FILE* out) {
         "                          flushes covered blocks as before; both sides pay the test\n"
         "                          hooks' checks)\n"
         "                        (the same value twice is an A/A run: it should show nothing)\n"
+        "                        The environment sets the options both sides share, as for\n"
+        "                        tlptm-workloads (TLPTM_WRITE_BACK, TLPTM_LOG_WRITE, ...)\n"
         "  --workload a|b|c      a: 100%% inserts of new keys, b: 50%% inserts / 50%% updates,\n"
         "                        c: 100%% updates of existing keys (default c)\n"
         "  --value-size 8|64|256 bytes of a value (default 8)\n"
@@ -169,35 +172,23 @@ void print_usage(std::FILE* out) {
         "2 a usage error or the pools could not be made.\n");
 }
 
-const char* log_write_name(tlptm::log_write w) noexcept {
-    switch (w) {
-    case tlptm::log_write::automatic:
-        return "automatic";
-    case tlptm::log_write::non_temporal:
-        return "non_temporal";
-    case tlptm::log_write::store_and_flush:
-        return "store_and_flush";
-    }
-    return "?";
-}
-
 /// Sets the compared option to `v` in `o`; throws usage_error naming the accepted values.
 void apply(knob k, const std::string& v, tlptm::pool_options& o) {
     switch (k) {
     case knob::log_write:
         for (auto w : {tlptm::log_write::automatic, tlptm::log_write::non_temporal,
-                       tlptm::log_write::store_and_flush})
-            if (v == log_write_name(w)) {
+                       tlptm::log_write::non_temporal_lines, tlptm::log_write::store_and_flush})
+            if (v == tlptm::to_string(w)) {
                 o.log_write = w;
                 return;
             }
-        throw usage_error("--compare log_write: the values are automatic, non_temporal and "
-                          "store_and_flush, got '" +
+        throw usage_error("--compare log_write: the values are automatic, non_temporal, "
+                          "non_temporal_lines and store_and_flush, got '" +
                           v + "'");
     case knob::new_block_write:
         for (auto w : {tlptm::log_write::automatic, tlptm::log_write::non_temporal,
                        tlptm::log_write::store_and_flush})
-            if (v == log_write_name(w)) {
+            if (v == tlptm::to_string(w)) {
                 o.new_block_write = w;
                 return;
             }
@@ -585,6 +576,9 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
     const std::uint64_t node_bytes = std::bit_ceil(sizeof(typename side<N>::table_type::node_type));
     base.size = (std::size_t{64} << 20) + std::size_t{base.max_threads} * (std::size_t{2} << 20) +
                 2 * (max_keys * node_bytes + buckets * 8);
+    // The options both sides share may come from the environment (TLPTM_WRITE_BACK,
+    // TLPTM_LOG_WRITE, ...: workloads::apply_env_options); the compared one is set after.
+    workloads::apply_env_options(base);
     // The watermark is read by lazy write-back, and by adaptive for the lines it defers:
     // compared under eager write-back it would compare nothing, so it is compared under lazy.
     if (cmp.what == knob::write_back_lines)

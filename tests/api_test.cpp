@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -397,9 +399,10 @@ TEST_CASE("pointers between objects in the pool survive a reopen") {
     CHECK(r->head->key.get() == 30);
 }
 
-TEST_CASE("log_write: entries written with stores and flushes are counted as whole lines and "
-          "are replayed by recovery") {
-    for (auto lw : {tlptm::log_write::non_temporal, tlptm::log_write::store_and_flush}) {
+TEST_CASE("log_write: entries written with stores and flushes or as whole lines are counted as "
+          "whole lines and are replayed by recovery") {
+    for (auto lw : {tlptm::log_write::non_temporal, tlptm::log_write::store_and_flush,
+                    tlptm::log_write::non_temporal_lines}) {
         CAPTURE(static_cast<int>(lw));
         tlptm_test::temp_path path("log-write"), image("log-write-image");
         auto opt = tlptm_test::small_options(tlptm::log_mode::baseline);
@@ -418,6 +421,11 @@ TEST_CASE("log_write: entries written with stores and flushes are counted as who
             CHECK(d.log_bytes == 50 * (16 + 2 * 24));
             if (lw == tlptm::log_write::non_temporal) {
                 CHECK(d.streamed_bytes == d.log_bytes);
+                CHECK(d.log_lines_flushed == 0);
+            } else if (lw == tlptm::log_write::non_temporal_lines) {
+                // The ring's generation began with this opening's first entry, so the 64-byte
+                // entries start at s0.log_bytes + 64 i: two lines each, or one if aligned.
+                CHECK(d.streamed_bytes == 50 * (s0.log_bytes % 64 == 0 ? 64 : 128));
                 CHECK(d.log_lines_flushed == 0);
             } else {
                 CHECK(d.streamed_bytes == 0);
@@ -438,6 +446,76 @@ TEST_CASE("log_write: entries written with stores and flushes are counted as who
         auto* r = pool.root<api_root>();
         CHECK(r->u64 == 51);
         CHECK(r->words[49] == 49);
+    }
+}
+
+TEST_CASE("log_write::non_temporal_lines: each entry rewrites the entries before it in its "
+          "first line with their own bytes, and zeros the rest of its last line") {
+    // Entries of many sizes (1 to 40 words, baseline and compressed), so that they start and
+    // end anywhere in a line, span lines and end on a line boundary. The file, read after
+    // each commit, must hold every entry so far as a valid entry of the generation, in order,
+    // zeros from the last entry's end to the end of its line, and the commit must have
+    // streamed exactly the lines its entry touches.
+    auto read_file = [](const std::string& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
+    };
+    for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+        const std::string mode_name = tlptm::to_string(mode);
+        CAPTURE(mode_name);
+        tlptm_test::temp_path path("log-write-lines");
+        auto opt = tlptm_test::small_options(mode);
+        opt.log_write = tlptm::log_write::non_temporal_lines;
+        auto pool = tlptm::pool::create(path, opt);
+        CHECK(pool.chosen_log_write().method == tlptm::log_write::non_temporal_lines);
+        CHECK(pool.chosen_log_write().large_method == tlptm::log_write::non_temporal_lines);
+        auto* r = pool.root<api_root>();
+        std::mt19937_64 rng(11);
+        std::size_t commits = 0, end = 0, ends_aligned = 0, spanning = 0;
+        for (int i = 0; i < 120; ++i) {
+            std::vector<std::uint64_t> values(1 + rng() % 40);
+            for (auto& v : values)
+                v = rng() >> (rng() % 64); // values of every size
+            const auto s0 = pool.stats();
+            tlptm::atomic(pool, [&] {
+                for (std::size_t w = 0; w < values.size(); ++w)
+                    r->words[(static_cast<std::size_t>(i) + w) % 64] = values[w];
+            });
+            const auto d = pool.stats() - s0;
+            ++commits;
+            CHECK(d.log_lines_flushed == 0);
+
+            const std::vector<std::uint8_t> bytes = read_file(path.str());
+            const auto* h = reinterpret_cast<const tlptm::detail::pool_header*>(bytes.data());
+            std::size_t found = 0, stop = 0;
+            // The thread's slot has one of the pool's rings; the others hold no entry.
+            for (std::uint32_t k = 0; k < h->max_threads; ++k) {
+                tlptm::detail::log_ring ring;
+                ring.base = const_cast<std::uint8_t*>(bytes.data()) + h->log_offset +
+                            std::uint64_t{k} * h->ring_size;
+                ring.size = h->ring_size;
+                std::size_t n = 0;
+                const std::size_t at = ring.for_each_entry(
+                    [&](const tlptm::detail::entry_view&, std::size_t) { ++n; });
+                if (n == 0)
+                    continue;
+                found += n;
+                stop = at;
+                for (std::size_t b = stop; b < (stop + 63) / 64 * 64; ++b)
+                    REQUIRE(ring.data()[b] == 0);
+            }
+            REQUIRE(found == commits);
+            REQUIRE(stop > end);
+            // The entry is [end, stop): its lines, whole.
+            CHECK(d.streamed_bytes == 64 * ((stop + 63) / 64 - end / 64));
+            spanning += stop / 64 != end / 64 && stop % 64 != 0 ? 1 : 0;
+            ends_aligned += stop % 64 == 0 ? 1 : 0;
+            end = stop;
+        }
+        MESSAGE(mode_name << ": " << commits << " entries, " << spanning
+                          << " ending in another line than they began, " << ends_aligned
+                          << " ending on a line boundary");
+        CHECK(spanning > 0);
     }
 }
 
@@ -493,12 +571,30 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     CHECK(c.store_and_flush_small_ns > 0);
     CHECK(c.non_temporal_large_ns > 0);
     CHECK(c.store_and_flush_large_ns > 0);
+    CHECK(c.non_temporal_lines_small_ns > 0);
+    CHECK(c.non_temporal_lines_large_ns > 0);
     auto faster = [](double store_and_flush, double non_temporal) {
         return store_and_flush < 0.9 * non_temporal ? tlptm::log_write::store_and_flush
                                                     : tlptm::log_write::non_temporal;
     };
-    CHECK(c.method == faster(c.store_and_flush_small_ns, c.non_temporal_small_ns));
-    CHECK(c.large_method == faster(c.store_and_flush_large_ns, c.non_temporal_large_ns));
+    // Whole lines must beat whole words by 10 %, stores and flushes the non-temporal way
+    // chosen by 10 %.
+    auto fastest = [&](double words, double lines, double store_and_flush) {
+        const bool by_lines = lines < 0.9 * words;
+        const tlptm::log_write w = faster(store_and_flush, by_lines ? lines : words);
+        return w == tlptm::log_write::non_temporal && by_lines
+                   ? tlptm::log_write::non_temporal_lines
+                   : w;
+    };
+    CHECK(c.method == fastest(c.non_temporal_small_ns, c.non_temporal_lines_small_ns,
+                              c.store_and_flush_small_ns));
+    CHECK(c.large_method == fastest(c.non_temporal_large_ns, c.non_temporal_lines_large_ns,
+                                    c.store_and_flush_large_ns));
+    MESSAGE("entries + SFENCE, small / large: whole words "
+            << c.non_temporal_small_ns << " / " << c.non_temporal_large_ns << " ns, whole lines "
+            << c.non_temporal_lines_small_ns << " / " << c.non_temporal_lines_large_ns
+            << " ns, stores + CLWB " << c.store_and_flush_small_ns << " / "
+            << c.store_and_flush_large_ns << " ns");
     CHECK(c.new_block_non_temporal_ns > 0);
     CHECK(c.new_block_store_and_flush_ns > 0);
     CHECK(c.new_blocks == faster(c.new_block_store_and_flush_ns, c.new_block_non_temporal_ns));
@@ -508,7 +604,7 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     CHECK(small_ring.measured);
     CHECK(small_ring.new_block_non_temporal_ns == 0);
     CHECK(small_ring.new_block_store_and_flush_ns == 0);
-    CHECK(small_ring.new_blocks == small_ring.method);
+    CHECK(small_ring.new_blocks == tlptm::detail::new_blocks_like(small_ring.method));
 #endif
 }
 
@@ -567,7 +663,7 @@ TEST_CASE("log_write::automatic: an insert's new blocks are measured once a pool
     const tlptm::log_write_choice c1 = first.chosen_log_write();
     CHECK(c1.measured);
     if (c1.new_block_non_temporal_ns == 0) // nothing measured them yet in this process
-        CHECK(c1.new_blocks == c1.method);
+        CHECK(c1.new_blocks == tlptm::detail::new_blocks_like(c1.method));
     auto big_opt = tlptm_test::small_options();
     big_opt.log_capacity = std::size_t{128} << 10;
     auto second = tlptm::pool::create(big, big_opt);
@@ -655,6 +751,13 @@ TEST_CASE("write_back::automatic: adaptive where a flushed line measured clearly
     c.store_and_flush_small_ns = 200;
     c.method = tlptm::log_write::store_and_flush; // the entry's fence waits for a flush anyway
     CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
+    // Entries as whole lines: the ratio is to their time, not to whole words'.
+    c.method = tlptm::log_write::non_temporal_lines;
+    c.non_temporal_lines_small_ns = 100;
+    c.store_and_flush_small_ns = 100 * d::adaptive_flush_ratio - 1; // 1.29 x lines, 1.07 x words
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);
+    c.store_and_flush_small_ns = 100 * d::adaptive_flush_ratio;
+    CHECK(d::resolve_write_back(wb::automatic, c) == wb::adaptive);
     c.method = tlptm::log_write::non_temporal;
     c.measured = false; // msync, a test policy, a given log_write
     CHECK(d::resolve_write_back(wb::automatic, c) == wb::eager);

@@ -273,6 +273,47 @@ TEST_CASE("crash sweep: log entries written with stores and flushes (log_write)"
     report_total("log-write-store-and-flush", total);
 }
 
+TEST_CASE("crash sweep: log entries written as whole lines (log_write::non_temporal_lines)") {
+    // Each entry streams every line it touches: the entries before it in its first line are
+    // written again with their own bytes, the rest of its last line with zeros. A crash image
+    // may hold any subset of the streamed units until F1, so the earlier entries must come
+    // out the same whichever units land. Under eager and adaptive write-back (adaptive leaves
+    // the updates' lines unflushed, so recovery needs every entry of the ring), and mixed by
+    // entry size with whole words or stores and flushes, as log_write::automatic may choose:
+    // one ring then holds entries written both ways, side by side in shared lines.
+    sweep_size size = sweep_settings();
+    sweep_result total;
+    using lw = tlptm::log_write;
+    using wb = tlptm::write_back;
+    struct way {
+        lw small, large;
+        wb write_back;
+        const char* name;
+    };
+    for (const way& w :
+         {way{lw::non_temporal_lines, lw::non_temporal_lines, wb::eager, "/eager"},
+          way{lw::non_temporal_lines, lw::non_temporal_lines, wb::adaptive, "/adaptive"},
+          way{lw::non_temporal_lines, lw::non_temporal, wb::adaptive, "/large-as-words"},
+          way{lw::non_temporal_lines, lw::store_and_flush, wb::eager,
+              "/large-stored-and-flushed"}}) {
+        for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
+            for (scenario s :
+                 {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale),
+                  sc::list(mode, 6 * size.scale), sc::ring_wrap(mode, 7 * size.scale)}) {
+                s.options.log_write = w.small;
+                s.options.large_log_write = w.large;
+                s.options.write_back = w.write_back;
+                s.name += std::string("/whole-lines") + w.name;
+                sweep_result r = sweep(s, size.cfg);
+                CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+                CHECK(r.crash_points > 0);
+                total += r;
+            }
+        }
+    }
+    report_total("log-write-whole-lines", total);
+}
+
 TEST_CASE("crash sweep: prompt write-back (lines flushed right after their write-back)") {
     // single-word alternates between two lines, so every commit flushes early; multi-word and
     // ring-wrap rewrite lines of the commit before, so they take the eager path as well.
@@ -587,6 +628,34 @@ TEST_CASE("attribution switches: a commit without F1, one that leaves the previo
             if (!base.failing_points.count(where) && fresh++ < 1)
                 MESSAGE("  caught: " << msg);
         CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice it");
+    }
+}
+
+TEST_CASE("mutation tail_line_not_kept: whole-line entries that erase the entries before them "
+          "in their first line are caught") {
+    // The library's own mutation: with log_write::non_temporal_lines, an entry's first line
+    // goes out with zeros where the ring's earlier entries are. Single-word commits log small
+    // entries, several to a line; under adaptive write-back their lines stay unflushed until
+    // the close, so a crash image after an erasing entry loses committed transactions.
+    namespace d = tlptm::detail;
+    for (tlptm::write_back w : {tlptm::write_back::adaptive, tlptm::write_back::eager}) {
+        const std::string name = std::string("tail_line_not_kept/") + tlptm::to_string(w);
+        CAPTURE(name);
+        scenario s = sc::single_word(tlptm::log_mode::tlptm, 6);
+        s.options.log_write = tlptm::log_write::non_temporal_lines;
+        s.options.write_back = w;
+        sweep_config cfg = mutation_config();
+        sweep_result base = run_sweep(s, cfg);
+        CHECK(base.violations == 0);
+        d::active_mutation.store(d::mutation::tail_line_not_kept);
+        sweep_result r = run_sweep(s, cfg);
+        d::active_mutation.store(d::mutation::none);
+        MESSAGE(name << ": " << r.summary());
+        std::size_t fresh = 0;
+        for (const auto& [where, msg] : r.failing_points)
+            if (!base.failing_points.count(where) && fresh++ < 1)
+                MESSAGE("  caught: " << msg);
+        CHECK_MESSAGE(fresh > 0, name << ": the sweep did not notice erased entries");
     }
 }
 

@@ -523,6 +523,25 @@ TEST_CASE("scheduled sweep: threads take the pool solo and give it back (solo_af
                  [&](tlptm::log_mode m, std::uint64_t) { return solo(ss::slot_steal(m, 4)); });
 }
 
+TEST_CASE("scheduled sweep: log entries as whole lines while slots change threads") {
+    // log_write::non_temporal_lines: each entry rewrites the ring's earlier entries in its
+    // first line from the slot's copy of that line (thread_slot::tail_line). The copy belongs
+    // to the slot, not the thread: a slot taken over (more threads than slots), or whose
+    // holder exits, goes on from where its last entry ended, and recover() and close() start
+    // new generations under threads that are still bound.
+    auto lines = [](scenario sc) {
+        sc.options.log_write = tlptm::log_write::non_temporal_lines;
+        sc.name += "/whole-lines";
+        return sc;
+    };
+    sweep_family("whole-lines-slot-steal",
+                 [&](tlptm::log_mode m, std::uint64_t) { return lines(ss::slot_steal(m, 4)); });
+    sweep_family("whole-lines-slot-reuse",
+                 [&](tlptm::log_mode m, std::uint64_t) { return lines(ss::slot_reuse(m, 4)); });
+    sweep_family("whole-lines-recover-close",
+                 [&](tlptm::log_mode m, std::uint64_t) { return lines(ss::recover_close(m, 4)); });
+}
+
 TEST_CASE("scheduled sweep: a fence fails (msync error): poisoned pool, no leak, no hang") {
     family_total t = sweep_family(
         "fault", [](tlptm::log_mode m, std::uint64_t) { return ss::fault(m, 5); },

@@ -91,11 +91,13 @@ inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_ba
     if (asked != tlptm::write_back::automatic)
         return s + ", as given";
     char buf[160];
-    if (c.measured && c.non_temporal_small_ns > 0)
+    const bool lines = c.method == tlptm::log_write::non_temporal_lines;
+    const double nt_ns = lines ? c.non_temporal_lines_small_ns : c.non_temporal_small_ns;
+    if (c.measured && nt_ns > 0)
         std::snprintf(buf, sizeof buf,
-                      ", automatic: small entries with stores + CLWB took %.2f x non-temporal "
+                      ", automatic: small entries with stores + CLWB took %.2f x non-temporal%s "
                       "(adaptive from %.1f x)",
-                      c.store_and_flush_small_ns / c.non_temporal_small_ns,
+                      c.store_and_flush_small_ns / nt_ns, lines ? " whole lines" : "",
                       tlptm::detail::adaptive_flush_ratio);
     else
         std::snprintf(buf, sizeof buf, ", automatic: nothing measured");
@@ -106,8 +108,9 @@ inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_ba
 /// behind them if the library measured.
 inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     auto how = [](tlptm::log_write w) {
-        return w == tlptm::log_write::store_and_flush ? "ordinary stores + CLWB"
-                                                      : "non-temporal stores";
+        return w == tlptm::log_write::store_and_flush      ? "ordinary stores + CLWB"
+               : w == tlptm::log_write::non_temporal_lines ? "non-temporal stores of whole lines"
+                                                           : "non-temporal stores";
     };
     std::string s = how(c.method);
     if (c.large_method != c.method)
@@ -123,8 +126,9 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     std::snprintf(buf, sizeof buf,
                   ", measured when the pool opened (per entry + SFENCE in a steady stream, "
                   "12-36 B / 72-520 B at packed ring positions): non-temporal %.0f / %.0f ns, "
-                  "stores + CLWB %.0f / %.0f ns",
-                  c.non_temporal_small_ns, c.non_temporal_large_ns, c.store_and_flush_small_ns,
+                  "whole lines %.0f / %.0f ns, stores + CLWB %.0f / %.0f ns",
+                  c.non_temporal_small_ns, c.non_temporal_large_ns, c.non_temporal_lines_small_ns,
+                  c.non_temporal_lines_large_ns, c.store_and_flush_small_ns,
                   c.store_and_flush_large_ns);
     s += buf;
     if (c.new_block_non_temporal_ns == 0)
@@ -141,8 +145,8 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     return s + blocks + buf;
 }
 
-/// The log write method environment variable `name` asks for: nt or flush; nothing when it is
-/// unset, empty or auto (the library's choice).
+/// The log write method environment variable `name` asks for: nt, lines or flush; nothing
+/// when it is unset, empty or auto (the library's choice).
 /// @throw std::invalid_argument any other value
 inline std::optional<tlptm::log_write> env_log_write(const char* name) {
     const char* value = std::getenv(name);
@@ -151,9 +155,11 @@ inline std::optional<tlptm::log_write> env_log_write(const char* name) {
         return tlptm::log_write::store_and_flush;
     if (v == "nt")
         return tlptm::log_write::non_temporal;
+    if (v == "lines")
+        return tlptm::log_write::non_temporal_lines;
     if (v != "auto" && !v.empty())
-        throw std::invalid_argument(std::string(name) + " must be nt, flush or auto, not '" + v +
-                                    "'");
+        throw std::invalid_argument(std::string(name) + " must be nt, lines, flush or auto, not '" +
+                                    v + "'");
     return std::nullopt;
 }
 

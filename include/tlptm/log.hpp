@@ -393,8 +393,8 @@ public:
     std::size_t encode_one_word(std::uint64_t offset, std::uint64_t value, pointer_range ptrs) {
         format_ = entry_format::compressed;
         covers_ = false;
-        payload_at_ = word_slack + max_compressed_header_bytes;
-        make_room(payload_at_ + compressed_bound(1) + word_slack);
+        payload_at_ = edge_slack + max_compressed_header_bytes;
+        make_room(payload_at_ + compressed_bound(1) + edge_slack);
         std::uint8_t* const start = buf_.data() + payload_at_;
         const std::uint64_t span = ptrs.base == 0 ? 0 : ptrs.size;
         const bool ptr = value - ptrs.base < span;
@@ -412,13 +412,13 @@ public:
                  std::span<const pool_range> covered = {}, std::uint32_t covered_crc = 0) {
         format_ = format;
         covers_ = !covered.empty();
-        payload_at_ = word_slack + (format == entry_format::baseline ? baseline_header_bytes
+        payload_at_ = edge_slack + (format == entry_format::baseline ? baseline_header_bytes
                                                                      : max_compressed_header_bytes);
         std::size_t section_bound =
             covers_ ? 9 + covered.size() * 18 + 4 + codec::put_varint_writable_bytes : 0;
         std::size_t records_bound =
             format == entry_format::baseline ? 24 * words : compressed_bound(words);
-        make_room(payload_at_ + section_bound + records_bound + word_slack);
+        make_room(payload_at_ + section_bound + records_bound + edge_slack);
         std::uint8_t* p = buf_.data() + payload_at_;
         if (covers_) {
             p += codec::put_varint(p, covered.size());
@@ -441,7 +441,7 @@ public:
             p += encode_compressed(p, c, ptrs);
         }
         payload_ = static_cast<std::size_t>(p - (buf_.data() + payload_at_));
-        return payload_at_ - word_slack + payload_;
+        return payload_at_ - edge_slack + payload_;
     }
 
     /// Writes the header for timestamp `ts` (the previous entry of the ring, or the ring's base
@@ -454,7 +454,7 @@ public:
         const std::uint8_t format_byte = static_cast<std::uint8_t>(
             static_cast<std::uint8_t>(format_) | (covers_ ? entry_covers_blocks : 0));
         if (format_ == entry_format::baseline) {
-            e = buf_.data() + word_slack;
+            e = buf_.data() + edge_slack;
             length = baseline_header_bytes + payload_;
             store_u64(e, format_byte | ts << 8);
             auto len32 = static_cast<std::uint32_t>(length);
@@ -499,7 +499,7 @@ public:
     /// with the values they already hold.
     std::span<const std::uint8_t> widen_to_words(std::size_t pos, std::uint64_t before) noexcept {
         const std::size_t lead = pos % 8;
-        std::uint8_t* e = sealed_.data(); // in buf_, with word_slack bytes free on either side
+        std::uint8_t* e = sealed_.data(); // in buf_, with edge_slack bytes free on either side
         std::uint8_t* w = e - lead;
         const std::size_t n = (lead + sealed_.size() + 7) / 8 * 8;
         // Whole-word merges instead of byte copies: the first word takes its first `lead`
@@ -514,6 +514,23 @@ public:
         return {w, n};
     }
 
+    /// The entry seal made last, widened to the whole cache lines of the ring it touches, for
+    /// an entry that starts at ring offset `pos`: the first `pos % 64` bytes are the ring's
+    /// bytes before the entry, taken from `line` (the line at `pos & ~63` as the ring holds
+    /// it), and the bytes after the entry up to the next line boundary are zero. Written at
+    /// `pos & ~63`, it puts the entry in place with whole-line stores and rewrites the bytes
+    /// before the entry with the values they already hold.
+    std::span<const std::uint8_t> widen_to_lines(std::size_t pos,
+                                                 const std::uint8_t* line) noexcept {
+        constexpr std::size_t l = 64;
+        const std::size_t lead = pos % l;
+        std::uint8_t* w = sealed_.data() - lead; // in buf_, with edge_slack = l bytes around
+        std::memcpy(w, line, lead);
+        const std::size_t end = lead + sealed_.size();
+        std::memset(w + end, 0, l); // up to the line's end, and beyond it into the slack
+        return {w, (end + l - 1) / l * l};
+    }
+
 private:
     /// Makes buf_ at least `need` bytes long. It only grows: its bytes need no initialisation
     /// (every byte of an entry is written before it is used).
@@ -522,8 +539,8 @@ private:
             buf_.resize(std::max(need, 2 * buf_.size()));
     }
 
-    /// Free bytes before and after the entry in buf_, for widen_to_words.
-    static constexpr std::size_t word_slack = 8;
+    /// Free bytes before and after the entry in buf_, for widen_to_words and widen_to_lines.
+    static constexpr std::size_t edge_slack = 64;
 
     entry_format format_ = entry_format::baseline;
     bool covers_ = false;
@@ -531,6 +548,19 @@ private:
     std::span<std::uint8_t> sealed_;
     std::vector<std::uint8_t> buf_;
 };
+
+/// Keeps a copy of a ring's tail line true (`line`: the ring's 64 bytes at head & ~63, zeros
+/// from head on; thread_slot::tail_line) once `entry` has been written at ring offset `head`:
+/// the line where the entry ends holds the entry's bytes there, after the bytes before it when
+/// the entry starts in the same line, and zeros from the entry's end on.
+inline void advance_tail_line(std::uint8_t* line, std::size_t head,
+                              std::span<const std::uint8_t> entry) noexcept {
+    const std::size_t end = head + entry.size();
+    const std::size_t from = std::max(head, end / 64 * 64); // the entry's first byte in that line
+    if (from != head)                                       // a line of its own: nothing before
+        std::memset(line, 0, 64);
+    std::memcpy(line + from % 64, entry.data() + (from - head), end - from);
+}
 
 /// A validated entry inside a ring.
 struct entry_view {

@@ -90,8 +90,8 @@ struct pool_options {
     /// tlptm::write_back::automatic); pool::chosen_write_back() tells which.
     tlptm::write_back write_back = tlptm::write_back::automatic;
     /// How log entries are written (see tlptm::log_write); this opening only. Automatic
-    /// measures both ways on the pool's log rings when the pool opens (once per device and
-    /// process) and takes the faster, for small entries and for large ones
+    /// measures the three ways on the pool's log rings when the pool opens (once per device
+    /// and process) and takes the fastest, for small entries and for large ones
     /// (log_write_choice::large_entry_bytes and more) apart; pool::chosen_log_write() tells
     /// which.
     tlptm::log_write log_write = tlptm::log_write::automatic;
@@ -99,8 +99,9 @@ struct pool_options {
     /// instead. Unset or automatic: as log_write says.
     std::optional<tlptm::log_write> large_log_write = std::nullopt;
     /// How the blocks a transaction allocated and its log entry covers (AALO: an insert's new
-    /// node) become durable under the commit's one fence: non_temporal writes their words
-    /// again in place with non-temporal stores, store_and_flush flushes their lines. Unset or
+    /// node) become durable under the commit's one fence: non_temporal (or
+    /// non_temporal_lines, the same here) writes their words again in place with non-temporal
+    /// stores, store_and_flush flushes their lines. Unset or
     /// automatic: measured with the entries when log_write is automatic (where the rings
     /// have room for it; pool::chosen_log_write() tells), else as log_write says for small
     /// entries.

@@ -113,24 +113,48 @@ inline const char* to_string(write_back w) noexcept {
 /// Either way the entry is durable after the commit's fence (F1); only the instructions and
 /// the bytes written back differ (docs/design.md, "Writing the log entry").
 enum class log_write {
-    /// The faster of the two below on this machine, for small entries and for large ones
-    /// apart, measured when the pool is opened (the default). Which one wins depends on the
-    /// CPU: on an AMD EPYC guest whole-word non-temporal stores persisted a small entry in
-    /// 120-150 ns against 157-195 ns for stores and CLWB; on Intel Xeon guests a steady stream
-    /// of small non-temporal entries took 305-420 ns each and stores with CLWB 130-245 ns
-    /// (docs/design.md). The choice is in pool::chosen_log_write(). With a test's
-    /// persist_policy it is non_temporal.
+    /// The fastest of the three below on this machine, for small entries and for large ones
+    /// apart, measured when the pool is opened (the default); a way that writes more bytes
+    /// must win by 10 % (whole lines against whole words, stores and CLWB against either).
+    /// Which one wins depends on the CPU: on an AMD EPYC guest whole-word non-temporal stores
+    /// persisted a small entry in 120-150 ns against 157-195 ns for stores and CLWB, and whole
+    /// lines in 98-100 ns; on Intel Xeon guests a steady stream of small non-temporal entries
+    /// took 305-420 ns each and stores with CLWB 130-245 ns (docs/design.md). The choice is in
+    /// pool::chosen_log_write(). With a test's persist_policy it is non_temporal.
     automatic,
     /// Non-temporal stores of the whole aligned 8-byte words around the entry: the entry's
     /// bytes go to memory without passing through the cache and the next entry never reads
     /// the ring's line back.
     non_temporal,
+    /// Non-temporal stores of every whole cache line the entry touches: the bytes of the
+    /// entries before it in its first line are written again with the values they hold (the
+    /// slot keeps a copy of the ring's tail line), the bytes after it up to the line's end as
+    /// zeros. More bytes to the medium than non_temporal (counted in stats::streamed_bytes),
+    /// but no partial line: on the AMD EPYC (Zen 4) guest of 2026-12-07 a small entry + SFENCE
+    /// took 98-100 ns this way against 116-120 ns as whole words (docs/design.md, "Writing
+    /// the log entry"). Automatic chooses it only where it measures clearly faster.
+    non_temporal_lines,
     /// Ordinary stores, then a flush (CLWB) of every line the entry touches. Whole lines are
     /// written back, including the part of a line that earlier entries already made durable
     /// (counted in stats::log_lines_flushed). On a CPU whose CLWB evicts the line, the next
     /// entry's store also reads the line back from the medium (the measurement sees that).
     store_and_flush,
 };
+
+/// The name of a log write method, as pool_options spells it.
+inline const char* to_string(log_write w) noexcept {
+    switch (w) {
+    case log_write::automatic:
+        return "automatic";
+    case log_write::non_temporal:
+        return "non_temporal";
+    case log_write::non_temporal_lines:
+        return "non_temporal_lines";
+    case log_write::store_and_flush:
+        return "store_and_flush";
+    }
+    return "?";
+}
 
 /// The methods an opening writes log entries with, one for entries shorter than
 /// large_entry_bytes and one for the others, and, when pool_options::log_write was automatic
@@ -160,6 +184,8 @@ struct log_write_choice {
     bool measured = false;
     double non_temporal_small_ns = 0, store_and_flush_small_ns = 0;
     double non_temporal_large_ns = 0, store_and_flush_large_ns = 0;
+    /// The same with non-temporal stores of whole lines (log_write::non_temporal_lines).
+    double non_temporal_lines_small_ns = 0, non_temporal_lines_large_ns = 0;
     /// Per new block (measured_block_bytes, packed as the allocator hands them out, stored
     /// with ordinary stores) with a small non-temporal entry and a fence: the block rewritten
     /// non-temporally, or flushed. 0: not measured.
@@ -578,6 +604,13 @@ private:
     bool leading_ = false; ///< a call is running
 };
 
+/// The way the blocks an entry covers are made durable when they follow the small entries'
+/// method `w`: flushed after stores and CLWB, else rewritten with non-temporal stores (whole
+/// lines or words make no difference to a block, which is written whole).
+constexpr log_write new_blocks_like(log_write w) noexcept {
+    return w == log_write::store_and_flush ? log_write::store_and_flush : log_write::non_temporal;
+}
+
 /// Entries (or blocks) measure_log_write writes before it times a round, and times.
 inline constexpr int measure_lead_in = 192, measure_per_round = 384;
 /// The new blocks' rounds of measure_log_write (log_write_choice::new_blocks) take the bytes
@@ -587,16 +620,17 @@ inline constexpr std::size_t new_block_area_offset = std::size_t{64} << 10;
 inline constexpr std::size_t new_block_round_bytes =
     (measure_lead_in + measure_per_round) * log_write_choice::measured_block_bytes;
 
-/// log_write::automatic's measurement: times both ways of writing a log entry on `area`
+/// log_write::automatic's measurement: times the three ways of writing a log entry on `area`
 /// (`bytes` >= 4096 of the pool's mapping, which no one else writes meanwhile) and returns the
-/// faster for small entries and the faster for large ones. Every word is rewritten with the
+/// fastest for small entries and the fastest for large ones. Every word is rewritten with the
 /// value it holds, so nothing that a crash or a reader could see changes. The entries are laid
-/// end to end as a ring lays them, each one fenced; rounds alternate between the methods, the
-/// best round of each counts (the machines are shared and noisy), and stores with flushes must
-/// win by 10 % to be chosen (they write whole lines back: more bytes to persistent memory).
-/// About 4 ms. Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then
-/// times the two ways of making new blocks durable (log_write_choice::new_blocks) on the bytes
-/// after the entries', in about 1 ms more, and flushing must win by 10 % there too.
+/// end to end as a ring lays them, each one fenced; rounds rotate between the methods, the
+/// best round of each counts (the machines are shared and noisy), and a way that writes more
+/// bytes must win by 10 % to be chosen: whole lines against whole words, then stores with
+/// flushes (whole lines, read into the cache) against the non-temporal way chosen. About 6 ms.
+/// Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then times the two
+/// ways of making new blocks durable (log_write_choice::new_blocks) on the bytes after the
+/// entries', in about 1 ms more, and flushing must win by 10 % there too.
 ///
 /// Each round first writes entries it does not time: on the 2-vCPU Intel Xeon guest of
 /// 2026-12-04 small non-temporal entries took 83 ns each on average in a burst of 48 after a
@@ -606,7 +640,7 @@ inline constexpr std::size_t new_block_round_bytes =
 /// with stores and CLWB (docs/design.md, "Writing the log entry").
 ///
 /// As in a commit, the bytes come from a volatile copy (an entry is built in DRAM), and each
-/// method has its own half of the span: a non-temporal store to a line that is in the cache
+/// method has its own third of the span: a non-temporal store to a line that is in the cache
 /// must first take it out, and a commit's non-temporal entries never bring their lines in,
 /// while stores and CLWB leave them there. Copying from the ring onto itself, and sharing the
 /// lines between the methods, measured small non-temporal entries at 376 ns on the AMD EPYC
@@ -620,19 +654,22 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
     static constexpr std::size_t small[] = {12, 24, 36, 20};
     static constexpr std::size_t large[] = {72, 136, 264, 520};
     constexpr int lead_in = measure_lead_in, per_round = measure_per_round, rounds = 3;
-    // Each method writes its own half, from the copy of the half's bytes.
-    const std::size_t half = std::min<std::size_t>(bytes, std::size_t{64} << 10) / 2 / 64 * 64;
-    const std::vector<std::uint8_t> copy(area, area + 2 * half);
-    for (std::size_t l = 0; l < half; l += cache_line) // copying read them in
-        _mm_clflush(area + l);
-    std::size_t at[2] = {0, 0}; // [0] non-temporal, [1] stores and flushes
-    auto write_entry = [&](std::size_t n, bool nt) {
-        const std::size_t m = nt ? 0 : 1;
-        if (at[m] + n + 8 > half)
+    // The methods, each in its own third of the span, written from the copy of its bytes.
+    enum method : std::size_t { words, flushed, lines, methods };
+    const std::size_t part =
+        std::min<std::size_t>(bytes, std::size_t{64} << 10) / methods / 64 * 64;
+    const std::vector<std::uint8_t> copy(area, area + methods * part);
+    for (std::size_t l = 0; l < methods * part; l += cache_line) // copying read them in
+        if (l < part || l >= 2 * part) // the non-temporal methods' lines: out of the cache
+            _mm_clflush(area + l);
+    std::size_t at[methods] = {0, 0, 0};
+    auto write_entry = [&](std::size_t n, method m) {
+        if (at[m] + n + cache_line > part)
             at[m] = 0;
-        const std::size_t lo = m * half + at[m] / 8 * 8;
-        const std::size_t hi = m * half + (at[m] + n + 7) / 8 * 8;
-        if (nt) {
+        const std::size_t unit = m == lines ? cache_line : 8; // what the entry is widened to
+        const std::size_t lo = m * part + at[m] / unit * unit;
+        const std::size_t hi = m * part + (at[m] + n + unit - 1) / unit * unit;
+        if (m != flushed) {
             stream_copy(area + lo, copy.data() + lo, hi - lo);
         } else {
             std::memcpy(area + lo, copy.data() + lo, hi - lo);
@@ -641,41 +678,53 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
         _mm_sfence();
         at[m] += n;
     };
-    auto round = [&](const auto& sizes, bool nt) {
+    auto round = [&](const auto& sizes, method m) {
         for (int k = 0; k < lead_in; ++k) // not timed: a burst after a pause goes faster
-            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], nt);
+            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], m);
         const auto t0 = std::chrono::steady_clock::now();
         for (int k = 0; k < per_round; ++k)
-            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], nt);
+            write_entry(sizes[static_cast<std::size_t>(k) % std::size(sizes)], m);
         const std::chrono::duration<double, std::nano> d = std::chrono::steady_clock::now() - t0;
         return d.count() / per_round;
     };
-    for (bool nt : {true, false}) { // first touch of the pages, not timed
-        round(small, nt);
-        round(large, nt);
+    for (method m : {words, flushed, lines}) { // first touch of the pages, not timed
+        round(small, m);
+        round(large, m);
     }
-    double best[4] = {1e18, 1e18, 1e18, 1e18}; // nt small, flush small, nt large, flush large
+    // best[size][method], size 0 small, 1 large
+    double best[2][methods] = {{1e18, 1e18, 1e18}, {1e18, 1e18, 1e18}};
     for (int r = 0; r < rounds; ++r)
-        for (int k = 0; k < 4; ++k) {
-            const int m = (k + r) % 4; // rotate which one goes first
-            const double t = m < 2 ? round(small, m == 0) : round(large, m == 2);
-            best[m] = std::min(best[m], t);
+        for (std::size_t k = 0; k < 2 * methods; ++k) {
+            const std::size_t i = (k + static_cast<std::size_t>(r)) % (2 * methods); // rotate
+            const std::size_t size = i / methods;
+            const auto m = static_cast<method>(i % methods);
+            const double t = size == 0 ? round(small, m) : round(large, m);
+            best[size][m] = std::min(best[size][m], t);
         }
+    auto choose = [&](const double* b) {
+        const bool by_lines = b[lines] < 0.9 * b[words];
+        const double non_temporal = by_lines ? b[lines] : b[words];
+        if (b[flushed] < 0.9 * non_temporal)
+            return log_write::store_and_flush;
+        return by_lines ? log_write::non_temporal_lines : log_write::non_temporal;
+    };
     c.measured = true;
-    c.non_temporal_small_ns = best[0];
-    c.store_and_flush_small_ns = best[1];
-    c.non_temporal_large_ns = best[2];
-    c.store_and_flush_large_ns = best[3];
-    c.method = best[1] < 0.9 * best[0] ? log_write::store_and_flush : log_write::non_temporal;
-    c.large_method = best[3] < 0.9 * best[2] ? log_write::store_and_flush : log_write::non_temporal;
-    c.new_blocks = c.method;
+    c.non_temporal_small_ns = best[0][words];
+    c.store_and_flush_small_ns = best[0][flushed];
+    c.non_temporal_lines_small_ns = best[0][lines];
+    c.non_temporal_large_ns = best[1][words];
+    c.store_and_flush_large_ns = best[1][flushed];
+    c.non_temporal_lines_large_ns = best[1][lines];
+    c.method = choose(best[0]);
+    c.large_method = choose(best[1]);
+    c.new_blocks = new_blocks_like(c.method);
     if (bytes >= new_block_area_offset + 2 * new_block_round_bytes) {
         std::uint8_t* blocks = area + new_block_area_offset;
         const std::vector<std::uint8_t> block_copy(blocks, blocks + 2 * new_block_round_bytes);
-        const std::uint8_t* entries = copy.data(); // the non-temporal half's bytes
+        const std::uint8_t* entries = copy.data(); // the whole-word third's bytes
         auto block_round = [&](bool nt) {
             // Each method its own lines, none of them in the cache at first, as fresh memory
-            // from the allocator; entries of 24 bytes end to end in the non-temporal half.
+            // from the allocator; entries of 24 bytes end to end in the whole-word third.
             const std::size_t m = nt ? 0 : 1;
             std::uint8_t* first = blocks + m * new_block_round_bytes;
             const std::uint8_t* from = block_copy.data() + m * new_block_round_bytes;
@@ -686,7 +735,7 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
             auto one = [&](int k) {
                 const std::size_t at = static_cast<std::size_t>(k) * b;
                 std::memcpy(first + at, from + at, b); // the transaction's ordinary stores
-                const std::size_t ea = static_cast<std::size_t>(k) * e % (half - e);
+                const std::size_t ea = static_cast<std::size_t>(k) * e % (part - e);
                 stream_copy(area + ea / 8 * 8, entries + ea / 8 * 8, e);
                 if (nt)
                     stream_copy(first + at, first + at, b);
@@ -754,6 +803,10 @@ public:
         : kind_(k), override_(override_policy), write_ns_(write_ns),
           store_small_(small == log_write::store_and_flush),
           store_large_(large == log_write::store_and_flush),
+          lines_small_(small == log_write::non_temporal_lines &&
+                       (k == kind::cpu || override_policy != nullptr)),
+          lines_large_(large == log_write::non_temporal_lines &&
+                       (k == kind::cpu || override_policy != nullptr)),
           flush_blocks_(new_blocks == log_write::store_and_flush) {
         if (k == kind::msync && override_policy == nullptr)
             group_ = std::make_shared<sync_group>();
@@ -765,6 +818,14 @@ public:
     /// True when flush() and flush_lines() are CPU cache-line write-backs (CLWB, CLFLUSHOPT or
     /// CLFLUSH), which take lines in any order and a line twice at no more than a flush's cost.
     bool flushes_cpu_lines() const noexcept { return kind_ == kind::cpu && !override_; }
+
+    /// True when a log entry of n bytes goes out as the whole cache lines it touches
+    /// (log_write::non_temporal_lines, chosen per size; not in msync mode, which writes pages,
+    /// unless a test policy takes the stores), false when as whole 8-byte words. Either way
+    /// stream() then writes it.
+    [[gnu::always_inline]] bool whole_lines(std::size_t n) const noexcept {
+        return n < log_write_choice::large_entry_bytes ? lines_small_ : lines_large_;
+    }
 
     /// Copies n bytes into the pool (a log entry) with non-temporal stores, or with stores and
     /// flushes of their lines (log_write, chosen per size); durable after fence().
@@ -967,6 +1028,8 @@ private:
     std::uint32_t write_ns_ = 0;
     bool store_small_ = false;  ///< log_write::store_and_flush below large_entry_bytes
     bool store_large_ = false;  ///< log_write::store_and_flush from large_entry_bytes
+    bool lines_small_ = false;  ///< log_write::non_temporal_lines below large_entry_bytes
+    bool lines_large_ = false;  ///< log_write::non_temporal_lines from large_entry_bytes
     bool flush_blocks_ = false; ///< log_write_choice::new_blocks is store_and_flush
     /// msync mode: the threads' fences, grouped (shared: persistence is copied on open)
     std::shared_ptr<sync_group> group_;

@@ -935,12 +935,24 @@ inline void commit(thread_slot& s) {
         touched = true;
         // Step 3: the entry goes out with non-temporal stores, as whole aligned words (a
         // non-temporal copy's unaligned edges would be stores and flushes, which take longer to
-        // persist: docs/design.md, "Writing the log entry"), or with stores and CLWB.
+        // persist: docs/design.md, "Writing the log entry") or as whole lines (no partial
+        // line at all, log_write::non_temporal_lines), or with stores and CLWB. The bytes
+        // before the entry in its first word or line are the ring's own, from tail_line.
         std::span<const std::uint8_t> entry = s.entry.seal(ts, s.last_ts, s.gen);
-        std::span<const std::uint8_t> words = s.entry.widen_to_words(s.head, s.tail_word);
+        const bool lines = st.persist.whole_lines(entry.size());
+        std::span<const std::uint8_t> out;
+        if (lines) {
+            static constexpr std::array<std::uint8_t, 64> zeros{};
+            out = s.entry.widen_to_lines(
+                s.head, mutated(mutation::tail_line_not_kept) ? zeros.data() : s.tail_line.data());
+        } else {
+            out =
+                s.entry.widen_to_words(s.head, load_u64(s.tail_line.data() + s.head % 64 / 8 * 8));
+        }
         if (!mutated(mutation::no_persistence))
-            st.persist.stream(s.pctx, s.ring.data() + s.head / 8 * 8, words.data(), words.size());
-        std::memcpy(&s.tail_word, words.data() + words.size() - 8, 8);
+            st.persist.stream(s.pctx, s.ring.data() + (lines ? s.head / 64 * 64 : s.head / 8 * 8),
+                              out.data(), out.size());
+        advance_tail_line(s.tail_line.data(), s.head, entry);
         s.head += entry.size();
         s.last_ts = ts;
         thread_counters::add(c.log_bytes, entry.size());

@@ -160,9 +160,10 @@ struct alignas(64) thread_slot { // slots written by different threads share no 
     /// only by a commit's final unlock, and left empty if it released more than fit.
     std::array<std::uint32_t, 16> own_orecs{};
     std::uint32_t own_count = 0;
-    /// The ring's word at head & ~7 as this slot last wrote it (entries go out as whole words:
-    /// the next entry rewrites the bytes before it from here). Unused while head % 8 == 0.
-    std::uint64_t tail_word = 0;
+    /// The ring's line at head & ~63 as this slot last wrote it, zeros from head on (entries
+    /// go out as whole words or whole lines: the next entry rewrites the bytes before it from
+    /// here). All zeros while head % 64 == 0. Kept by advance_tail_line.
+    std::array<std::uint8_t, 64> tail_line{};
 
     persist_ctx pctx;
 
@@ -278,8 +279,12 @@ inline tlptm::write_back resolve_write_back(tlptm::write_back asked,
                                             const log_write_choice& c) noexcept {
     if (asked != write_back::automatic)
         return asked;
-    if (c.measured && c.method == log_write::non_temporal && c.non_temporal_small_ns > 0 &&
-        c.store_and_flush_small_ns >= adaptive_flush_ratio * c.non_temporal_small_ns)
+    if (!c.measured || c.method == log_write::store_and_flush)
+        return write_back::eager;
+    const double entry_ns = c.method == log_write::non_temporal_lines
+                                ? c.non_temporal_lines_small_ns
+                                : c.non_temporal_small_ns;
+    if (entry_ns > 0 && c.store_and_flush_small_ns >= adaptive_flush_ratio * entry_ns)
         return write_back::adaptive;
     return write_back::eager;
 }
@@ -1166,6 +1171,7 @@ struct pool_state {
             persist.fence(s.pctx);
         });
         s.head = 0;
+        s.tail_line.fill(0);
     }
 
     /// pool::prepare_thread's work, with the slot held between attempts: attaches it as its
@@ -1443,7 +1449,7 @@ inline void choose_persistence(pool_state& st, const pool_options& opt, std::uin
     if (opt.new_block_write && *opt.new_block_write != log_write::automatic)
         st.log_choice.new_blocks = *opt.new_block_write;
     else if (st.log_choice.new_block_non_temporal_ns == 0) // not measured
-        st.log_choice.new_blocks = st.log_choice.method;
+        st.log_choice.new_blocks = new_blocks_like(st.log_choice.method);
     st.persist = persistence(k, opt.policy, write_ns, st.log_choice.method,
                              st.log_choice.large_method, st.log_choice.new_blocks);
 }

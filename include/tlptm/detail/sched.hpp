@@ -66,6 +66,9 @@ enum class mutation : std::uint8_t {
     exit_ignores_solo,      ///< an exiting thread settles its slot as before 2026-12-07: it
                             ///< may take the pool solo as it enters, and leaves the pool held
                             ///< solo unless it has write-back to settle (then it revokes it)
+    tail_line_not_kept,     ///< log_write::non_temporal_lines: an entry's first line is
+                            ///< written with zeros before the entry instead of the bytes of
+                            ///< the entries there (it erases committed entries)
     // Attribution switches (paired_bench_hooks): each removes one persistence step (or all of
     // them), so that its cost can be measured; the crash tests catch each.
     no_commit_fence,        ///< a commit skips F1: it returns before its entry is durable
