@@ -574,13 +574,14 @@ TEST_CASE("log_write::automatic: the measurement keeps every byte and picks the 
     CHECK(c.non_temporal_lines_small_ns > 0);
     CHECK(c.non_temporal_lines_large_ns > 0);
     auto faster = [](double store_and_flush, double non_temporal) {
-        return store_and_flush < 0.9 * non_temporal ? tlptm::log_write::store_and_flush
-                                                    : tlptm::log_write::non_temporal;
+        return store_and_flush < tlptm::log_write_choice::flush_margin * non_temporal
+                   ? tlptm::log_write::store_and_flush
+                   : tlptm::log_write::non_temporal;
     };
-    // Whole lines must beat whole words by 10 %, stores and flushes the non-temporal way
-    // chosen by 10 %.
+    // Whole lines must beat whole words by 5 %, stores and flushes the non-temporal way chosen
+    // by 10 %.
     auto fastest = [&](double words, double lines, double store_and_flush) {
-        const bool by_lines = lines < 0.9 * words;
+        const bool by_lines = lines < tlptm::log_write_choice::lines_margin * words;
         const tlptm::log_write w = faster(store_and_flush, by_lines ? lines : words);
         return w == tlptm::log_write::non_temporal && by_lines
                    ? tlptm::log_write::non_temporal_lines
@@ -671,9 +672,11 @@ TEST_CASE("log_write::automatic: an insert's new blocks are measured once a pool
 #if defined(__x86_64__)
     CHECK(c2.new_block_non_temporal_ns > 0);
     CHECK(c2.new_block_store_and_flush_ns > 0);
-    CHECK(c2.new_blocks == (c2.new_block_store_and_flush_ns < 0.9 * c2.new_block_non_temporal_ns
-                                ? tlptm::log_write::store_and_flush
-                                : tlptm::log_write::non_temporal));
+    CHECK(c2.new_blocks ==
+          (c2.new_block_store_and_flush_ns <
+                   tlptm::log_write_choice::flush_margin * c2.new_block_non_temporal_ns
+               ? tlptm::log_write::store_and_flush
+               : tlptm::log_write::non_temporal));
 #endif
     // A pool opened after it on the same device takes that measurement, small rings or not.
     auto third = tlptm::pool::create(after, opt);

@@ -134,7 +134,7 @@ inline std::string describe_log_write(const tlptm::log_write_choice& c) {
     if (c.new_block_non_temporal_ns == 0)
         return s + blocks + ", as the small entries (not measured: rings too small)";
     const bool flush_measured_faster =
-        c.new_block_store_and_flush_ns < 0.9 * c.new_block_non_temporal_ns;
+        c.new_block_store_and_flush_ns < c.flush_margin * c.new_block_non_temporal_ns;
     if (flush_measured_faster != (c.new_blocks == tlptm::log_write::store_and_flush))
         return s + blocks + ", as given (pool_options::new_block_write)";
     std::snprintf(buf, sizeof buf,

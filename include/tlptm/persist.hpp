@@ -114,8 +114,8 @@ inline const char* to_string(write_back w) noexcept {
 /// the bytes written back differ (docs/design.md, "Writing the log entry").
 enum class log_write {
     /// The fastest of the three below on this machine, for small entries and for large ones
-    /// apart, measured when the pool is opened (the default); a way that writes more bytes
-    /// must win by 10 % (whole lines against whole words, stores and CLWB against either).
+    /// apart, measured when the pool is opened (the default); whole lines must win by 5 % over
+    /// whole words, stores and CLWB by 10 % over the non-temporal way (log_write_choice).
     /// Which one wins depends on the CPU: on an AMD EPYC guest whole-word non-temporal stores
     /// persisted a small entry in 120-150 ns against 157-195 ns for stores and CLWB, and whole
     /// lines in 98-100 ns; on Intel Xeon guests a steady stream of small non-temporal entries
@@ -174,6 +174,14 @@ inline const char* to_string(log_write w) noexcept {
 /// (new_block_*_ns, else 0 and new_blocks follows the small entries' method).
 struct log_write_choice {
     static constexpr std::size_t large_entry_bytes = 64;
+    /// Whole lines are chosen over whole words where they take less than this fraction of
+    /// their time: only a margin for the measurement's noise, since the same lines reach the
+    /// medium either way (ECC memory and Optane write a partial line as a whole one, or more).
+    static constexpr double lines_margin = 0.95;
+    /// Stores and flushes (or, for new blocks, flushes) are chosen over non-temporal stores
+    /// where they take less than this fraction of their time: they write whole lines back,
+    /// and leave them in the cache.
+    static constexpr double flush_margin = 0.9;
     /// The size of block measure_log_write writes: a node of a linked structure (the
     /// workloads' hash-table node takes 32 bytes), two to a cache line.
     static constexpr std::size_t measured_block_bytes = 32;
@@ -625,9 +633,9 @@ inline constexpr std::size_t new_block_round_bytes =
 /// fastest for small entries and the fastest for large ones. Every word is rewritten with the
 /// value it holds, so nothing that a crash or a reader could see changes. The entries are laid
 /// end to end as a ring lays them, each one fenced; rounds rotate between the methods, the
-/// best round of each counts (the machines are shared and noisy), and a way that writes more
-/// bytes must win by 10 % to be chosen: whole lines against whole words, then stores with
-/// flushes (whole lines, read into the cache) against the non-temporal way chosen. About 6 ms.
+/// best round of each counts (the machines are shared and noisy); whole lines must win by 5 %
+/// over whole words (log_write_choice::lines_margin), then stores with flushes (whole lines
+/// written back, and left in the cache) by 10 % over the non-temporal way chosen. About 6 ms.
 /// Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then times the two
 /// ways of making new blocks durable (log_write_choice::new_blocks) on the bytes after the
 /// entries', in about 1 ms more, and flushing must win by 10 % there too.
@@ -702,9 +710,9 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
             best[size][m] = std::min(best[size][m], t);
         }
     auto choose = [&](const double* b) {
-        const bool by_lines = b[lines] < 0.9 * b[words];
+        const bool by_lines = b[lines] < log_write_choice::lines_margin * b[words];
         const double non_temporal = by_lines ? b[lines] : b[words];
-        if (b[flushed] < 0.9 * non_temporal)
+        if (b[flushed] < log_write_choice::flush_margin * non_temporal)
             return log_write::store_and_flush;
         return by_lines ? log_write::non_temporal_lines : log_write::non_temporal;
     };
@@ -724,7 +732,8 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
         const std::uint8_t* entries = copy.data(); // the whole-word third's bytes
         auto block_round = [&](bool nt) {
             // Each method its own lines, none of them in the cache at first, as fresh memory
-            // from the allocator; entries of 24 bytes end to end in the whole-word third.
+            // from the allocator; entries of 24 bytes end to end in the whole-word third,
+            // written as the small entries' method writes them if that is non-temporal.
             const std::size_t m = nt ? 0 : 1;
             std::uint8_t* first = blocks + m * new_block_round_bytes;
             const std::uint8_t* from = block_copy.data() + m * new_block_round_bytes;
@@ -732,11 +741,14 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
                 _mm_clflush(first + l);
             _mm_mfence();
             constexpr std::size_t b = log_write_choice::measured_block_bytes, e = 24;
+            const std::size_t unit = c.method == log_write::non_temporal_lines ? cache_line : 8;
             auto one = [&](int k) {
                 const std::size_t at = static_cast<std::size_t>(k) * b;
                 std::memcpy(first + at, from + at, b); // the transaction's ordinary stores
-                const std::size_t ea = static_cast<std::size_t>(k) * e % (part - e);
-                stream_copy(area + ea / 8 * 8, entries + ea / 8 * 8, e);
+                // The entry as small entries go: whole lines or whole words (non-temporal).
+                const std::size_t ea = static_cast<std::size_t>(k) * e % (part - e - cache_line);
+                const std::size_t lo = ea / unit * unit, hi = (ea + e + unit - 1) / unit * unit;
+                stream_copy(area + lo, entries + lo, hi - lo);
                 if (nt)
                     stream_copy(first + at, first + at, b);
                 else
@@ -762,8 +774,9 @@ inline log_write_choice measure_log_write(std::uint8_t* area, std::size_t bytes)
             }
         c.new_block_non_temporal_ns = block_best[0];
         c.new_block_store_and_flush_ns = block_best[1];
-        c.new_blocks = block_best[1] < 0.9 * block_best[0] ? log_write::store_and_flush
-                                                           : log_write::non_temporal;
+        c.new_blocks = block_best[1] < log_write_choice::flush_margin * block_best[0]
+                           ? log_write::store_and_flush
+                           : log_write::non_temporal;
     }
 #else
     (void)area, (void)bytes;
