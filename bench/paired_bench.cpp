@@ -686,19 +686,17 @@ template <std::size_t N> int run(const options& o, const std::string& dir) {
         std::vector<double> mops;
         for (double ns : s.ns_per_op)
             mops.push_back(1e3 / ns);
-        std::printf(
-            "%c %s=%s: median %.1f ns/op (min %.1f, max %.1f), %.3f M ops/s; per tx: "
-            "fences %.2f, round trips %.2f, lines %.2f (log %.2f), log B %.1f, PM B "
-            "%.1f; solo %.0f %%\n",
-            "AB"[i], cmp.name.c_str(), cmp.value[i].c_str(), median(s.ns_per_op),
-            *std::min_element(s.ns_per_op.begin(), s.ns_per_op.end()),
-            *std::max_element(s.ns_per_op.begin(), s.ns_per_op.end()), median(mops),
-            static_cast<double>(m.fences) / tx, static_cast<double>(m.round_trips) / tx,
-            static_cast<double>(m.flushed_lines + m.log_lines_flushed) / tx,
-            static_cast<double>(m.log_lines_flushed) / tx, static_cast<double>(m.log_bytes) / tx,
-            static_cast<double>(m.pm_bytes_written()) / tx,
-            100.0 * static_cast<double>(m.tx_solo) /
-                static_cast<double>(std::max<std::uint64_t>(m.tx_committed + m.tx_read_only, 1)));
+        std::printf("%c %s=%s: median %.1f ns/op (min %.1f, max %.1f), %.3f M ops/s; per tx: "
+                    "fences %.2f, round trips %.2f, lines %.2f (log %.2f), log B %.1f, PM B "
+                    "%.1f; solo %.0f %%\n",
+                    "AB"[i], cmp.name.c_str(), cmp.value[i].c_str(), median(s.ns_per_op),
+                    *std::min_element(s.ns_per_op.begin(), s.ns_per_op.end()),
+                    *std::max_element(s.ns_per_op.begin(), s.ns_per_op.end()), median(mops),
+                    static_cast<double>(m.fences) / tx, static_cast<double>(m.round_trips) / tx,
+                    static_cast<double>(m.flushed_lines + m.log_lines_flushed) / tx,
+                    static_cast<double>(m.log_lines_flushed) / tx,
+                    static_cast<double>(m.log_bytes) / tx,
+                    static_cast<double>(m.pm_bytes_written()) / tx, 100.0 * m.solo_share());
     }
 
     // The paired result. Sign test: under "no difference" each pair is as likely to favour A as

@@ -184,10 +184,7 @@ int main(int argc, char** argv) try {
     stop = true;
     if (interrupter.joinable())
         interrupter.join();
-    const tlptm::stats after = pool.stats();
-    const std::uint64_t tx =
-        after.tx_committed + after.tx_read_only - before.tx_committed - before.tx_read_only;
-    const std::uint64_t solo = after.tx_solo - before.tx_solo;
+    const tlptm::stats ran = pool.stats() - before;
     if (found != o.ops * static_cast<std::uint64_t>(o.reps)) {
         std::fprintf(stderr, "path_bench: %llu of %llu keys found\n",
                      static_cast<unsigned long long>(found),
@@ -198,8 +195,7 @@ int main(int argc, char** argv) try {
                 "(%.2f M ops/s); solo %.1f %% of %llu transactions",
                 o.op.c_str(), static_cast<unsigned long long>(o.keys),
                 static_cast<unsigned long long>(o.ops), o.reps, best, 1e3 / best,
-                tx == 0 ? 0.0 : 100.0 * static_cast<double>(solo) / static_cast<double>(tx),
-                static_cast<unsigned long long>(tx));
+                100.0 * ran.solo_share(), static_cast<unsigned long long>(ran.transactions()));
     if (o.interrupt_us != 0)
         std::printf("; %llu interruptions", static_cast<unsigned long long>(interruptions));
     std::printf("\n");

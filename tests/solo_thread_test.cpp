@@ -60,6 +60,8 @@ TEST_CASE("a thread alone takes the pool solo: its transactions are right, durab
         // Every transaction from the fourth on ran solo (the read-only one too).
         CHECK(d.tx_solo >= 195);
         CHECK(d.tx_solo <= 201);
+        CHECK(d.transactions() == 201); // 200 updates and the read-only one
+        CHECK(d.solo_share() == doctest::Approx(static_cast<double>(d.tx_solo) / 201.0));
         pool.close(); // an exclusive section: the pool is taken back from the solo slot
     }
     auto pool = tlptm::pool::open(path, solo_options(4));
@@ -76,6 +78,8 @@ TEST_CASE("solo_after = 0: no transaction runs solo") {
         tlptm::atomic(pool, [&] { c->shared += 1; });
     CHECK(c->shared.get() == 100);
     CHECK(pool.stats().tx_solo == 0);
+    CHECK(pool.stats().solo_share() == 0.0);
+    CHECK(tlptm::stats{}.solo_share() == 0.0); // no transaction: 0, not a division by zero
 }
 
 TEST_CASE("threads that come and go take the pool back and give it up again; no update is lost") {

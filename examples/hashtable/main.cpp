@@ -292,21 +292,17 @@ void print_log_write(std::FILE* out, const tlptm::log_write_choice& c) {
 /// The share of tlptm's measured transactions that ran solo (pool_options::solo_after: a
 /// thread alone takes the pool and runs without concurrency control), per thread count.
 void print_solo(std::FILE* out, const std::vector<run_result>& rows) {
-    std::map<unsigned, std::pair<std::uint64_t, std::uint64_t>> by_threads; // solo, all
+    std::map<unsigned, tlptm::stats> by_threads; // the runs' counters, summed
     for (const run_result& r : rows)
-        if (r.backend == "tlptm" && r.ok() && r.has_stats) {
-            auto& [solo, all] = by_threads[r.threads];
-            solo += r.pm.tx_solo;
-            all += r.pm.tx_committed + r.pm.tx_read_only;
-        }
+        if (r.backend == "tlptm" && r.ok() && r.has_stats)
+            by_threads[r.threads] = by_threads[r.threads] + r.pm;
     if (by_threads.empty())
         return;
     std::fprintf(out, "tlptm solo (a thread alone runs without concurrency control): ");
     const char* sep = "";
-    for (const auto& [threads, n] : by_threads) {
-        std::fprintf(
-            out, "%s%u thread%s %.1f %% of transactions", sep, threads, threads == 1 ? "" : "s",
-            n.second ? 100.0 * static_cast<double>(n.first) / static_cast<double>(n.second) : 0.0);
+    for (const auto& [threads, sum] : by_threads) {
+        std::fprintf(out, "%s%u thread%s %.1f %% of transactions", sep, threads,
+                     threads == 1 ? "" : "s", 100.0 * sum.solo_share());
         sep = ", ";
     }
     std::fprintf(out, "\n");

@@ -88,10 +88,7 @@ const figure extra_figures[] = {
     {"aborts_per_tx", nullptr, nullptr, true, false, 4,
      [](const run_result& r) { return r.per_tx(r.pm.tx_aborted); }},
     {"solo_share", nullptr, nullptr, true, false, 4,
-     [](const run_result& r) {
-         const std::uint64_t n = r.pm.tx_committed + r.pm.tx_read_only;
-         return n ? static_cast<double>(r.pm.tx_solo) / static_cast<double>(n) : nan;
-     }},
+     [](const run_result& r) { return r.pm.transactions() ? r.pm.solo_share() : nan; }},
     {"floor_store_clwb_sfence_ns", nullptr, nullptr, false, false, 1,
      [](const run_result& r) { return r.floor_clwb_ns > 0 ? r.floor_clwb_ns : nan; }},
     {"floor_nt64_sfence_ns", nullptr, nullptr, false, false, 1,

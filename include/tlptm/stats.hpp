@@ -64,6 +64,15 @@ struct stats {
     std::uint64_t tx_solo = 0;
     heap_stats heap; ///< the allocator now (operators + and - keep the left operand's)
 
+    /// Transactions that ran to the end: committed updates and read-only ones.
+    std::uint64_t transactions() const noexcept { return tx_committed + tx_read_only; }
+
+    /// The share of transactions() that ran solo (tx_solo), in [0, 1]; 0 when none ran.
+    double solo_share() const noexcept {
+        const std::uint64_t n = transactions();
+        return n ? static_cast<double>(tx_solo) / static_cast<double>(n) : 0.0;
+    }
+
     /// Persistent-memory bytes written: streamed bytes plus whole flushed lines (data and log).
     std::uint64_t pm_bytes_written() const noexcept {
         return streamed_bytes + 64 * (flushed_lines + log_lines_flushed);
