@@ -635,9 +635,9 @@ inline constexpr std::size_t new_block_round_bytes =
 /// end to end as a ring lays them, each one fenced; rounds rotate between the methods, the
 /// best round of each counts (the machines are shared and noisy); whole lines must win by 5 %
 /// over whole words (log_write_choice::lines_margin), then stores with flushes (whole lines
-/// written back, and left in the cache) by 10 % over the non-temporal way chosen. About 6 ms.
-/// Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then times the two
-/// ways of making new blocks durable (log_write_choice::new_blocks) on the bytes after the
+/// written back, and left in the cache) by 10 % over the non-temporal way chosen. About 2 ms (AMD
+/// EPYC guest). Where the area has new_block_area_offset + 2 * new_block_round_bytes, it then times
+/// the two ways of making new blocks durable (log_write_choice::new_blocks) on the bytes after the
 /// entries', in about 1 ms more, and flushing must win by 10 % there too.
 ///
 /// Each round first writes entries it does not time: on the 2-vCPU Intel Xeon guest of
