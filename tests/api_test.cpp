@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -456,9 +455,18 @@ TEST_CASE("log_write::non_temporal_lines: each entry rewrites the entries before
     // each commit, must hold every entry so far as a valid entry of the generation, in order,
     // zeros from the last entry's end to the end of its line, and the commit must have
     // streamed exactly the lines its entry touches.
-    auto read_file = [](const std::string& p) {
+    // The pool file up to the end of its log rings (the header says where they end).
+    auto read_rings = [](const std::string& p) {
         std::ifstream in(p, std::ios::binary);
-        return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
+        std::vector<std::uint8_t> bytes(sizeof(tlptm::detail::pool_header));
+        in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        const auto* h = reinterpret_cast<const tlptm::detail::pool_header*>(bytes.data());
+        const std::uint64_t end = h->log_offset + std::uint64_t{h->max_threads} * h->ring_size;
+        bytes.resize(end);
+        in.seekg(0);
+        in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(end));
+        REQUIRE(in.good());
+        return bytes;
     };
     for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
         const std::string mode_name = tlptm::to_string(mode);
@@ -485,7 +493,7 @@ TEST_CASE("log_write::non_temporal_lines: each entry rewrites the entries before
             ++commits;
             CHECK(d.log_lines_flushed == 0);
 
-            const std::vector<std::uint8_t> bytes = read_file(path.str());
+            const std::vector<std::uint8_t> bytes = read_rings(path.str());
             const auto* h = reinterpret_cast<const tlptm::detail::pool_header*>(bytes.data());
             std::size_t found = 0, stop = 0;
             // The thread's slot has one of the pool's rings; the others hold no entry.
