@@ -129,8 +129,9 @@ enum class log_write {
     /// Non-temporal stores of every whole cache line the entry touches: the bytes of the
     /// entries before it in its first line are written again with the values they hold (the
     /// slot keeps a copy of the ring's tail line), the bytes after it up to the line's end as
-    /// zeros. More bytes to the medium than non_temporal (counted in stats::streamed_bytes),
-    /// but no partial line: on the AMD EPYC (Zen 4) guest of 2026-12-07 a small entry + SFENCE
+    /// zeros. More bytes streamed than non_temporal (counted in stats::streamed_bytes; the
+    /// medium writes whole lines either way), but no partial line: on the AMD EPYC (Zen 4)
+    /// guest of 2026-12-07 a small entry + SFENCE
     /// took 98-100 ns this way against 116-120 ns as whole words (docs/design.md, "Writing
     /// the log entry"). Automatic chooses it only where it measures clearly faster.
     non_temporal_lines,
