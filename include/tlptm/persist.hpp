@@ -131,9 +131,9 @@ enum class log_write {
     /// slot keeps a copy of the ring's tail line), the bytes after it up to the line's end as
     /// zeros. More bytes streamed than non_temporal (counted in stats::streamed_bytes; the
     /// medium writes whole lines either way), but no partial line: on the AMD EPYC (Zen 4)
-    /// guest of 2026-12-07 a small entry + SFENCE
-    /// took 98-100 ns this way against 116-120 ns as whole words (docs/design.md, "Writing
-    /// the log entry"). Automatic chooses it only where it measures clearly faster.
+    /// guest of 2026-12-07 a small entry + SFENCE took 98-100 ns this way against 116-120 ns
+    /// as whole words (docs/design.md, "Writing the log entry"). Automatic chooses it only
+    /// where it measures faster (log_write_choice::lines_margin).
     non_temporal_lines,
     /// Ordinary stores, then a flush (CLWB) of every line the entry touches. Whole lines are
     /// written back, including the part of a line that earlier entries already made durable
