@@ -285,31 +285,34 @@ TEST_CASE("crash sweep: log entries written as whole lines (log_write::non_tempo
     sweep_result total;
     using lw = tlptm::log_write;
     using wb = tlptm::write_back;
-    struct way {
-        lw small, large;
-        wb write_back;
-        const char* name;
+    using tlptm::log_mode;
+    auto lines = [](scenario s, lw large, wb w, const char* name) {
+        s.options.log_write = lw::non_temporal_lines;
+        s.options.large_log_write = large;
+        s.options.write_back = w;
+        s.name += std::string("/whole-lines") + name;
+        return s;
     };
-    for (const way& w :
-         {way{lw::non_temporal_lines, lw::non_temporal_lines, wb::eager, "/eager"},
-          way{lw::non_temporal_lines, lw::non_temporal_lines, wb::adaptive, "/adaptive"},
-          way{lw::non_temporal_lines, lw::non_temporal, wb::adaptive, "/large-as-words"},
-          way{lw::non_temporal_lines, lw::store_and_flush, wb::eager,
-              "/large-stored-and-flushed"}}) {
-        for (tlptm::log_mode mode : {tlptm::log_mode::baseline, tlptm::log_mode::tlptm}) {
-            for (scenario s :
-                 {sc::single_word(mode, 4 * size.scale), sc::multi_word(mode, 3 * size.scale),
-                  sc::list(mode, 6 * size.scale), sc::ring_wrap(mode, 7 * size.scale)}) {
-                s.options.log_write = w.small;
-                s.options.large_log_write = w.large;
-                s.options.write_back = w.write_back;
-                s.name += std::string("/whole-lines") + w.name;
-                sweep_result r = sweep(s, size.cfg);
-                CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
-                CHECK(r.crash_points > 0);
-                total += r;
-            }
-        }
+    const int n = size.scale;
+    std::vector<scenario> all;
+    for (wb w : {wb::eager, wb::adaptive}) {
+        const char* name = w == wb::eager ? "/eager" : "/adaptive";
+        for (scenario s :
+             {sc::single_word(log_mode::tlptm, 4 * n), sc::multi_word(log_mode::tlptm, 3 * n),
+              sc::list(log_mode::tlptm, 6 * n), sc::ring_wrap(log_mode::tlptm, 7 * n),
+              sc::multi_word(log_mode::baseline, 3 * n), sc::ring_wrap(log_mode::baseline, 7 * n)})
+            all.push_back(lines(s, lw::non_temporal_lines, w, name));
+    }
+    for (scenario s :
+         {sc::multi_word(log_mode::tlptm, 3 * n), sc::list(log_mode::baseline, 6 * n)}) {
+        all.push_back(lines(s, lw::non_temporal, wb::adaptive, "/large-as-words"));
+        all.push_back(lines(s, lw::store_and_flush, wb::eager, "/large-stored-and-flushed"));
+    }
+    for (const scenario& s : all) {
+        sweep_result r = sweep(s, size.cfg);
+        CHECK_MESSAGE(r.violations == 0, r.name << ": " << r.violations << " violations");
+        CHECK(r.crash_points > 0);
+        total += r;
     }
     report_total("log-write-whole-lines", total);
 }
