@@ -279,7 +279,8 @@ TEST_CASE("crash sweep: log entries written as whole lines (log_write::non_tempo
     // may hold any subset of the streamed units until F1, so the earlier entries must come
     // out the same whichever units land. Under eager and adaptive write-back (adaptive leaves
     // the updates' lines unflushed, so recovery needs every entry of the ring), and mixed by
-    // entry size with whole words or stores and flushes, as log_write::automatic may choose:
+    // entry size with whole words (either way round) or stores and flushes, as
+    // log_write::automatic may choose:
     // one ring then holds entries written both ways, side by side in shared lines.
     sweep_size size = sweep_settings();
     sweep_result total;
@@ -307,6 +308,10 @@ TEST_CASE("crash sweep: log entries written as whole lines (log_write::non_tempo
          {sc::multi_word(log_mode::tlptm, 3 * n), sc::list(log_mode::baseline, 6 * n)}) {
         all.push_back(lines(s, lw::non_temporal, wb::adaptive, "/large-as-words"));
         all.push_back(lines(s, lw::store_and_flush, wb::eager, "/large-stored-and-flushed"));
+        // The other way round: small entries as whole words, large ones as whole lines.
+        scenario small_words = lines(s, lw::non_temporal_lines, wb::adaptive, "/small-as-words");
+        small_words.options.log_write = lw::non_temporal;
+        all.push_back(small_words);
     }
     for (const scenario& s : all) {
         sweep_result r = sweep(s, size.cfg);
