@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -493,65 +494,85 @@ TEST_CASE("the compressed header: one-byte fields and longer ones on either side
     }
 }
 
-TEST_CASE("entries written as whole words leave the ring byte-packed, with zeros after the tail") {
-    // What a commit does: widen the entry to the aligned words around its ring position (the
-    // bytes before it from the slot's copy of the tail word) and copy those words with
-    // non-temporal stores. The ring must then hold exactly the byte-packed entries, every entry
-    // must walk and validate, the bytes after the last entry up to its word's end must be zero
-    // and nothing after that word may change.
+TEST_CASE("entries written as whole words or whole lines leave the ring byte-packed, with zeros "
+          "after the tail") {
+    // What a commit does: widen the entry to the aligned words (or lines) around its ring
+    // position, the bytes before it from the slot's copy of the tail line (advance_tail_line
+    // keeps it), and copy them with non-temporal stores. The ring must then hold exactly the
+    // byte-packed entries, every entry must walk and validate, the bytes after the last entry
+    // up to its word's (line's) end must be zero and nothing after that may change. The two
+    // ways also alternate at random, as log_write::automatic may choose them by entry size.
     std::mt19937_64 rng(11);
-    for (int round = 0; round < 20; ++round) {
-        alignas(64) static std::uint8_t ring[1 << 15];
-        std::memset(ring, 0xA5, sizeof ring); // an older lap's bytes
-        std::vector<std::uint8_t> packed;     // what the ring must hold
-        std::vector<std::uint64_t> ts_of;
-        entry_builder b;
-        std::size_t head = 0;
-        std::uint64_t tail_word = 0, ts = 50;
-        const std::uint64_t gen = 3, base_ts = 49;
-        std::uint64_t prev = base_ts;
-        for (int k = 0; k < 40; ++k) {
-            std::vector<log_record> recs = random_write_set(rng);
-            const auto fmt = rng() % 3 == 0 ? entry_format::baseline : entry_format::compressed;
-            std::size_t bound = b.encode(fmt, recs, ptrs);
-            if (head + bound > sizeof ring)
-                break;
-            ts += rng() % 3 + 1;
-            std::span<const std::uint8_t> e = b.seal(ts, prev, gen);
-            packed.insert(packed.end(), e.begin(), e.end());
-            std::span<const std::uint8_t> words = b.widen_to_words(head, tail_word);
-            REQUIRE(words.size() % 8 == 0);
-            REQUIRE(words.size() >= e.size());
-            std::uint8_t* dst = ring + head / 8 * 8;
-            // Bytes before the entry in its first word are rewritten with what they held.
-            CHECK(std::memcmp(words.data(), dst, head % 8) == 0);
-            tlptm::detail::stream_copy(dst, words.data(), words.size());
-            std::memcpy(&tail_word, words.data() + words.size() - 8, 8);
-            head += e.size();
-            for (std::size_t i = head; i < (head + 7) / 8 * 8; ++i)
-                CHECK(ring[i] == 0);
-            CHECK(ring[(head + 7) / 8 * 8] == 0xA5); // the first byte never written
-            prev = ts;
-            ts_of.push_back(ts);
+    for (int way = 0; way < 3; ++way) { // words, lines, either
+        CAPTURE(way);
+        for (int round = 0; round < 20; ++round) {
+            alignas(64) static std::uint8_t ring[1 << 15];
+            std::memset(ring, 0xA5, sizeof ring); // an older lap's bytes
+            std::vector<std::uint8_t> packed;     // what the ring must hold
+            std::vector<std::uint64_t> ts_of;
+            entry_builder b;
+            std::size_t head = 0, written = 0;
+            std::array<std::uint8_t, 64> tail_line{};
+            std::uint64_t ts = 50;
+            const std::uint64_t gen = 3, base_ts = 49;
+            std::uint64_t prev = base_ts;
+            for (int k = 0; k < 40; ++k) {
+                std::vector<log_record> recs = random_write_set(rng);
+                const auto fmt = rng() % 3 == 0 ? entry_format::baseline : entry_format::compressed;
+                std::size_t bound = b.encode(fmt, recs, ptrs);
+                if (head + bound + 64 > sizeof ring)
+                    break;
+                ts += rng() % 3 + 1;
+                std::span<const std::uint8_t> e = b.seal(ts, prev, gen);
+                packed.insert(packed.end(), e.begin(), e.end());
+                const bool lines = way == 1 || (way == 2 && rng() % 2 == 0);
+                const std::size_t unit = lines ? 64 : 8;
+                std::uint64_t before = 0;
+                std::memcpy(&before, tail_line.data() + head % 64 / 8 * 8, 8);
+                std::span<const std::uint8_t> out = lines ? b.widen_to_lines(head, tail_line.data())
+                                                          : b.widen_to_words(head, before);
+                REQUIRE(out.size() % unit == 0);
+                REQUIRE(out.size() >= e.size());
+                std::uint8_t* dst = ring + head / unit * unit;
+                // Bytes before the entry in its first word or line are rewritten with what
+                // they held.
+                CHECK(std::memcmp(out.data(), dst, head % unit) == 0);
+                tlptm::detail::stream_copy(dst, out.data(), out.size());
+                tlptm::detail::advance_tail_line(tail_line.data(), head, e);
+                head += e.size();
+                // Zeros from the head to the end of what any entry wrote (an earlier entry
+                // written as lines may have zeroed past this one's last word), then bytes
+                // never written.
+                written = std::max(written, (head + unit - 1) / unit * unit);
+                for (std::size_t i = head; i < written; ++i)
+                    CHECK(ring[i] == 0);
+                CHECK(ring[written] == 0xA5);
+                // The copy is the ring's line at the head, zeros from the head on.
+                CHECK(std::memcmp(tail_line.data(), ring + head / 64 * 64, head % 64) == 0);
+                for (std::size_t i = head % 64; i < 64; ++i)
+                    CHECK(tail_line[i] == 0);
+                prev = ts;
+                ts_of.push_back(ts);
+            }
+            std::atomic_thread_fence(std::memory_order_seq_cst); // orders the NT stores
+            REQUIRE(std::memcmp(ring, packed.data(), packed.size()) == 0);
+            // Walk the ring as recovery does: every entry validates, in order, and the walk
+            // stops at the zeros after the last one.
+            std::size_t at = 0, n = 0;
+            prev = base_ts;
+            while (at < sizeof ring) {
+                entry_view v;
+                if (!tlptm::detail::parse_entry(ring + at, sizeof ring - at, gen, prev, v))
+                    break;
+                REQUIRE(n < ts_of.size());
+                CHECK(v.ts == ts_of[n]);
+                prev = v.ts;
+                at += v.length;
+                ++n;
+            }
+            CHECK(n == ts_of.size());
+            CHECK(at == packed.size());
         }
-        std::atomic_thread_fence(std::memory_order_seq_cst); // orders the non-temporal stores
-        REQUIRE(std::memcmp(ring, packed.data(), packed.size()) == 0);
-        // Walk the ring as recovery does: every entry validates, in order, and the walk stops
-        // at the zeros after the last one.
-        std::size_t at = 0, n = 0;
-        prev = base_ts;
-        while (at < sizeof ring) {
-            entry_view v;
-            if (!tlptm::detail::parse_entry(ring + at, sizeof ring - at, gen, prev, v))
-                break;
-            REQUIRE(n < ts_of.size());
-            CHECK(v.ts == ts_of[n]);
-            prev = v.ts;
-            at += v.length;
-            ++n;
-        }
-        CHECK(n == ts_of.size());
-        CHECK(at == packed.size());
     }
 }
 
