@@ -485,6 +485,27 @@ sweep_config mutation_config() {
     return cfg;
 }
 
+/// Runs `s` without and with the library's own mutation `m` (tlptm::detail::mutation, test
+/// builds only): the mutation must make some crash point fail that passes without it (a
+/// differential check, as expect_caught). `what` names the run in the messages, `missed` says
+/// what the sweep would have failed to notice. Returns the run without the mutation.
+sweep_result expect_library_mutation_caught(const scenario& s, tlptm::detail::mutation m,
+                                            const std::string& what, const std::string& missed) {
+    namespace d = tlptm::detail;
+    const sweep_config cfg = mutation_config();
+    sweep_result base = run_sweep(s, cfg);
+    d::active_mutation.store(m);
+    sweep_result r = run_sweep(s, cfg);
+    d::active_mutation.store(d::mutation::none);
+    MESSAGE(what << ": " << r.summary());
+    std::size_t fresh = 0;
+    for (const auto& [where, msg] : r.failing_points)
+        if (!base.failing_points.count(where) && fresh++ < 1)
+            MESSAGE("  caught: " << msg);
+    CHECK_MESSAGE(fresh > 0, what << ": the sweep did not notice " << missed);
+    return base;
+}
+
 /// single-word with prompt write-back: its commits alternate between two lines, so each one
 /// flushes its line right after its write-back.
 scenario prompt_single_word() {
@@ -590,17 +611,9 @@ TEST_CASE(
     for (tlptm::log_mode mode : {tlptm::log_mode::tlptm, tlptm::log_mode::aalo}) {
         const std::string mode_name = tlptm::to_string(mode);
         CAPTURE(mode_name);
-        sweep_config cfg = mutation_config();
-        sweep_result base = run_sweep(sc::list(mode, 3), cfg);
-        d::active_mutation.store(d::mutation::aalo_not_covered);
-        sweep_result r = run_sweep(sc::list(mode, 3), cfg);
-        d::active_mutation.store(d::mutation::none);
-        MESSAGE("aalo_not_covered/" << mode_name << ": " << r.summary());
-        std::size_t fresh = 0;
-        for (const auto& [where, msg] : r.failing_points)
-            if (!base.failing_points.count(where) && fresh++ < 1)
-                MESSAGE("  caught: " << msg);
-        CHECK_MESSAGE(fresh > 0, "the sweep did not notice new blocks left uncovered");
+        expect_library_mutation_caught(sc::list(mode, 3), d::mutation::aalo_not_covered,
+                                       "aalo_not_covered/" + mode_name,
+                                       "new blocks left uncovered");
     }
 }
 
@@ -625,17 +638,7 @@ TEST_CASE("attribution switches: a commit without F1, one that leaves the previo
     };
     for (const candidate& c : cases) {
         CAPTURE(c.name);
-        sweep_config cfg = mutation_config();
-        sweep_result base = run_sweep(c.s, cfg);
-        d::active_mutation.store(c.mut);
-        sweep_result r = run_sweep(c.s, cfg);
-        d::active_mutation.store(d::mutation::none);
-        MESSAGE(c.name << ": " << r.summary());
-        std::size_t fresh = 0;
-        for (const auto& [where, msg] : r.failing_points)
-            if (!base.failing_points.count(where) && fresh++ < 1)
-                MESSAGE("  caught: " << msg);
-        CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice it");
+        expect_library_mutation_caught(c.s, c.mut, c.name, "it");
     }
 }
 
@@ -652,18 +655,9 @@ TEST_CASE("mutation tail_line_not_kept: whole-line entries that erase the entrie
         scenario s = sc::single_word(tlptm::log_mode::tlptm, 6);
         s.options.log_write = tlptm::log_write::non_temporal_lines;
         s.options.write_back = w;
-        sweep_config cfg = mutation_config();
-        sweep_result base = run_sweep(s, cfg);
+        const sweep_result base = expect_library_mutation_caught(s, d::mutation::tail_line_not_kept,
+                                                                 name, "erased entries");
         CHECK(base.violations == 0);
-        d::active_mutation.store(d::mutation::tail_line_not_kept);
-        sweep_result r = run_sweep(s, cfg);
-        d::active_mutation.store(d::mutation::none);
-        MESSAGE(name << ": " << r.summary());
-        std::size_t fresh = 0;
-        for (const auto& [where, msg] : r.failing_points)
-            if (!base.failing_points.count(where) && fresh++ < 1)
-                MESSAGE("  caught: " << msg);
-        CHECK_MESSAGE(fresh > 0, name << ": the sweep did not notice erased entries");
     }
 }
 
@@ -725,18 +719,10 @@ TEST_CASE("mutation deferred_lines_dropped: a commit that defers its write-back 
     };
     for (const candidate& c : cases) {
         CAPTURE(c.name);
-        sweep_config cfg = mutation_config();
-        sweep_result base = run_sweep(c.s, cfg);
+        const sweep_result base =
+            expect_library_mutation_caught(c.s, d::mutation::deferred_lines_dropped,
+                                           "deferred_lines_dropped/" + c.name, "the dropped lines");
         CHECK(base.violations == 0);
-        d::active_mutation.store(d::mutation::deferred_lines_dropped);
-        sweep_result r = run_sweep(c.s, cfg);
-        d::active_mutation.store(d::mutation::none);
-        MESSAGE("deferred_lines_dropped/" << c.name << ": " << r.summary());
-        std::size_t fresh = 0;
-        for (const auto& [where, msg] : r.failing_points)
-            if (!base.failing_points.count(where) && fresh++ < 1)
-                MESSAGE("  caught: " << msg);
-        CHECK_MESSAGE(fresh > 0, c.name << ": the sweep did not notice the dropped lines");
     }
 }
 
@@ -753,18 +739,10 @@ TEST_CASE("mutation pending_line_stale: a line taken as pending from a batch tha
         s.options.write_back_lines = 2;
         const std::string name = tlptm::to_string(wb);
         CAPTURE(name);
-        sweep_config cfg = mutation_config();
-        sweep_result base = run_sweep(s, cfg);
+        const sweep_result base =
+            expect_library_mutation_caught(s, d::mutation::pending_line_stale,
+                                           "pending_line_stale/" + name, "the line left unflushed");
         CHECK(base.violations == 0);
-        d::active_mutation.store(d::mutation::pending_line_stale);
-        sweep_result r = run_sweep(s, cfg);
-        d::active_mutation.store(d::mutation::none);
-        MESSAGE("pending_line_stale/" << name << ": " << r.summary());
-        std::size_t fresh = 0;
-        for (const auto& [where, msg] : r.failing_points)
-            if (!base.failing_points.count(where) && fresh++ < 1)
-                MESSAGE("  caught: " << msg);
-        CHECK_MESSAGE(fresh > 0, name << ": the sweep did not notice the line left unflushed");
     }
 }
 
