@@ -92,7 +92,7 @@ inline std::string describe_write_back(tlptm::write_back chosen, tlptm::write_ba
         return s + ", as given";
     char buf[160];
     const bool lines = c.method == tlptm::log_write::non_temporal_lines;
-    const double nt_ns = lines ? c.non_temporal_lines_small_ns : c.non_temporal_small_ns;
+    const double nt_ns = c.non_temporal_chosen_small_ns();
     if (c.measured && nt_ns > 0)
         std::snprintf(buf, sizeof buf,
                       ", automatic: small entries with stores + CLWB took %.2f x non-temporal%s "

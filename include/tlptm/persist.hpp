@@ -195,6 +195,12 @@ struct log_write_choice {
     double non_temporal_large_ns = 0, store_and_flush_large_ns = 0;
     /// The same with non-temporal stores of whole lines (log_write::non_temporal_lines).
     double non_temporal_lines_small_ns = 0, non_temporal_lines_large_ns = 0;
+    /// The small entries' time written non-temporally the way `method` does: as whole lines
+    /// if it chose them, else as whole words.
+    double non_temporal_chosen_small_ns() const noexcept {
+        return method == log_write::non_temporal_lines ? non_temporal_lines_small_ns
+                                                       : non_temporal_small_ns;
+    }
     /// Per new block (measured_block_bytes, packed as the allocator hands them out, stored
     /// with ordinary stores) with a small non-temporal entry and a fence: the block rewritten
     /// non-temporally, or flushed. 0: not measured.

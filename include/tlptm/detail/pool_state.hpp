@@ -281,9 +281,7 @@ inline tlptm::write_back resolve_write_back(tlptm::write_back asked,
         return asked;
     if (!c.measured || c.method == log_write::store_and_flush)
         return write_back::eager;
-    const double entry_ns = c.method == log_write::non_temporal_lines
-                                ? c.non_temporal_lines_small_ns
-                                : c.non_temporal_small_ns;
+    const double entry_ns = c.non_temporal_chosen_small_ns();
     if (entry_ns > 0 && c.store_and_flush_small_ns >= adaptive_flush_ratio * entry_ns)
         return write_back::adaptive;
     return write_back::eager;
