@@ -949,9 +949,10 @@ inline void commit(thread_slot& s) {
             out =
                 s.entry.widen_to_words(s.head, load_u64(s.tail_line.data() + s.head % 64 / 8 * 8));
         }
+        // out starts with the bytes before the entry in its first word or line.
+        const auto lead = static_cast<std::size_t>(entry.data() - out.data());
         if (!mutated(mutation::no_persistence))
-            st.persist.stream(s.pctx, s.ring.data() + (lines ? s.head / 64 * 64 : s.head / 8 * 8),
-                              out.data(), out.size());
+            st.persist.stream(s.pctx, s.ring.data() + s.head - lead, out.data(), out.size());
         advance_tail_line(s.tail_line.data(), s.head, entry);
         s.head += entry.size();
         s.last_ts = ts;
